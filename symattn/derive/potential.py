@@ -1,0 +1,178 @@
+"""The population loss Φ(θ) = E_G 𝓛(G) and its gradient (THEORY.md §2).
+
+Polynomial terms of 𝓛 are integrated exactly (Isserlis/Wick, ``symbolic.gaussian``); the
+others by Gauss–Hermite quadrature over the entries they depend on (``symbolic.quadrature``).
+Gradients: exact differentiation of the closed form, Price's theorem for the quadrature.
+
+Conventions of the returned gradient matrices (full-matrix convention, THEORY §2): with
+dΦ = Σ_k g_k dm_k + Σ_{k,l} (GΩ_kl dΩ_kl + GΨ_kl dΨ_kl) over *ordered* pairs, so an
+off-diagonal entry is half the derivative in the single symmetric variable. For a pair with
+Ω = Ψ = q the derivative in q is split evenly, and the tied Γ = GΩ + GΨ.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import sympy as sp
+
+from ..spec import Spec, load_spec
+from ..symbolic.gaussian import GaussianG, OrderParameters
+from ..symbolic.loss import build_loss
+from ..symbolic.quadrature import QuadTerm, adaptive_order
+
+
+@dataclass
+class Gradients:
+    """∂Φ in the full-matrix convention: g_m (K,), g_omega (K,K), g_psi (K,K)."""
+
+    m: np.ndarray
+    omega: np.ndarray
+    psi: np.ndarray
+
+    @property
+    def gamma(self) -> np.ndarray:
+        """Γ of the symmetric (tied/direct) flows: ∇_q Φ with off-diagonal entries halved."""
+        return self.omega + self.psi
+
+
+class Potential:
+    """Φ of one spec as a function of the order parameters named like the CSV columns."""
+
+    def __init__(self, spec, tol: float = 1e-8):
+        self.spec: Spec = load_spec(spec)
+        self.tol = tol
+        self.loss = build_loss(self.spec)
+        self.op = OrderParameters(self.spec)
+        self.gauss = GaussianG(self.loss, self.op)
+        self.symbols = self.op.symbols
+        self.names = self.op.names
+        gvars = set(self.gauss.index)
+        poly, groups = [], {}
+        for term in self.loss.terms:
+            vs = term.free_symbols & gvars
+            if term.is_polynomial(*vs):
+                poly.append(term)
+            else:
+                key = tuple(sorted(vs, key=lambda s: s.name))
+                groups[key] = groups.get(key, 0) + term
+        self.closed_form = sp.expand(sum((self.gauss.expect_polynomial(t) for t in poly), sp.Integer(0)))
+        self.quad_terms = [self._quad_term(expr, list(vs)) for vs, expr in groups.items()]
+        self.order = None
+        self.error = 0.0
+
+    # ------------------------------------------------------------------ construction
+    def _quad_term(self, expr, variables):
+        p, n = len(self.symbols), len(variables)
+        mu = [self.gauss.mean(v) for v in variables]
+        cov = [[self.gauss.cov(a, b) for b in variables] for a in variables]
+        zero = {s: 0 for s in self.symbols}
+
+        def coeffs(e):
+            e = sp.sympify(e)
+            return float(e.subs(zero)), [float(sp.diff(e, s)) for s in self.symbols]
+
+        mu0, mut = np.zeros(n), np.zeros((p, n))
+        cov0, covt = np.zeros((n, n)), np.zeros((p, n, n))
+        for a in range(n):
+            mu0[a], mut[:, a] = coeffs(mu[a])
+            for b in range(n):
+                cov0[a, b], covt[:, a, b] = coeffs(cov[a][b])
+        return QuadTerm(expr, variables, mu0, mut, cov0, covt)
+
+    @property
+    def is_closed_form(self) -> bool:
+        return not self.quad_terms
+
+    @cached_property
+    def _closed(self):
+        f = sp.lambdify([self.symbols], self.closed_form, modules="numpy")
+        g = sp.lambdify([self.symbols], [sp.diff(self.closed_form, s) for s in self.symbols], modules="numpy")
+        return f, g
+
+    def closed_gradient(self) -> list:
+        """Exact ∂Φ/∂θ of the closed-form part, one SymPy expression per symbol."""
+        return [sp.expand(sp.diff(self.closed_form, s)) for s in self.symbols]
+
+    def latex(self) -> str:
+        out = sp.latex(self.closed_form)
+        if self.quad_terms:
+            out += r" + \sum_{\text{terms}} \mathbb{E}_{G}[\ldots]\ (\text{%d quadrature terms})" % len(self.quad_terms)
+        return out
+
+    # ------------------------------------------------------------------ evaluation
+    def theta(self, values) -> np.ndarray:
+        """Order parameters as an array in ``self.names`` order from a dict or an array."""
+        if isinstance(values, dict):
+            missing = [n for n in self.names if n not in values]
+            if missing:
+                raise KeyError(f"missing order parameters: {', '.join(missing)}")
+            return np.array([float(values[n]) for n in self.names])
+        return np.asarray(values, dtype=float)
+
+    def calibrate(self, values, tol: float | None = None):
+        """Choose the quadrature order at θ so that Φ and ∇Φ change by < tol between orders."""
+        if self.quad_terms:
+            self.order, self.error = adaptive_order(self.quad_terms, self.theta(values), tol or self.tol)
+        return self.order, self.error
+
+    def value_and_gradient(self, values):
+        """(Φ(θ), ∂Φ/∂θ) with ∂ in the plain partial-derivative sense, in ``self.names`` order."""
+        th = self.theta(values)
+        f, g = self._closed
+        val = float(f(th))
+        grad = np.array(g(th), dtype=float).reshape(-1) if self.symbols else np.zeros(0)
+        grad = np.broadcast_to(grad, (len(self.symbols),)).copy()
+        if self.quad_terms:
+            if self.order is None:
+                self.calibrate(th)
+            for t in self.quad_terms:
+                v, gr = t.evaluate(th, self.order)
+                val += v
+                grad += gr
+        return val, grad
+
+    def value(self, values) -> float:
+        return self.value_and_gradient(values)[0]
+
+    def gradients(self, values) -> Gradients:
+        """∂Φ as the matrices g_m, GΩ, GΨ of the full-matrix convention (module docstring)."""
+        _, grad = self.value_and_gradient(values)
+        return self.split_gradient(grad)
+
+    def split_gradient(self, grad) -> Gradients:
+        K = self.spec.K
+        gm, go, gp = np.zeros(K), np.zeros((K, K)), np.zeros((K, K))
+        pos = {n: i for i, n in enumerate(self.names)}
+        for k in range(K):
+            name = self.op.m(k)
+            if name != 0:
+                gm[k] = grad[pos[name.name]]
+            for l in range(K):
+                w = 1.0 if k == l else 0.5
+                so, sq = self.op.omega(k, l), self.op.psi(k, l)
+                if so == sq:
+                    go[k, l] = gp[k, l] = 0.5 * w * grad[pos[so.name]]
+                else:
+                    go[k, l] = w * grad[pos[so.name]]
+                    gp[k, l] = w * grad[pos[sq.name]]
+        return Gradients(gm, go, gp)
+
+    def gamma(self, values) -> np.ndarray:
+        return self.gradients(values).gamma
+
+    def gradient_named(self, values) -> dict:
+        """INTERFACE.md ``potential --json`` gradient: Γ convention (off-diagonal halved) by name."""
+        _, grad = self.value_and_gradient(values)
+        out = {}
+        for n, gval in zip(self.names, grad):
+            parts = n.split("_")
+            off = len(parts) == 3 and parts[1] != parts[2]
+            out[n] = float(gval) * (0.5 if (n.startswith("q") and off) else 1.0)
+        return out
+
+
+def potential(spec, tol: float = 1e-8) -> Potential:
+    """Φ of a spec (path, dict or Spec)."""
+    return Potential(spec, tol=tol)

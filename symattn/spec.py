@@ -1,0 +1,316 @@
+"""Model specification: TOML file or dict -> validated :class:`Spec` (INTERFACE.md, "Model specification").
+
+Every malformed input raises :class:`SpecError` with one line naming the file, the key and
+what is allowed; the command line turns it into exit status 2.
+"""
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import sympy as sp
+
+ACTIVATIONS = ("linear", "h1", "h2", "h3", "softmax", "relu", "tanh")
+PARAMETERIZATIONS = ("direct", "tied", "untied", "identity")
+ROLES = ("student", "teacher")
+READOUTS = ("sum", "mean")
+
+_TOP_KEYS = {"name", "model", "indices", "training", "theory"}
+_MODEL_KEYS = {"tokens", "token_covariance", "activation", "beta", "readout", "label_noise", "loss"}
+_INDEX_KEYS = {"name", "role", "parameterization", "width", "init_scale", "scale"}
+_TRAINING_KEYS = {"batch_size", "noise_ratio", "learning_rate", "weight_decay"}
+_THEORY_KEYS = {"truncation"}
+
+
+class SpecError(ValueError):
+    """An invalid model specification (one line: file, key, what is allowed)."""
+
+
+@dataclass(frozen=True)
+class Index:
+    """One d×d matrix S_k of the model (THEORY.md §1)."""
+
+    name: str
+    role: str
+    parameterization: str
+    width: float = 1.0
+    init_scale: tuple = (1.0,)
+    scale: float = 1.0
+
+    @property
+    def trainable(self) -> bool:
+        return self.role == "student"
+
+    @property
+    def symmetric(self) -> bool:
+        """S_k = S_k^T (everything but untied)."""
+        return self.parameterization != "untied"
+
+    @property
+    def centred(self) -> bool:
+        """G is centred for tied, direct and identity indices, not for untied (THEORY §1)."""
+        return self.parameterization != "untied"
+
+    @property
+    def sigma(self) -> float:
+        return self.init_scale[0]
+
+    @property
+    def sigmas(self) -> tuple:
+        """(σ_U, σ_V) of an untied index."""
+        return self.init_scale if len(self.init_scale) == 2 else (self.init_scale[0],) * 2
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    tokens: int
+    covariance: np.ndarray
+    activation: str
+    beta: float
+    readout: str
+    label_noise: float
+    loss: str | None
+    indices: tuple
+    batch_size: int
+    noise_ratio: float | None
+    learning_rate: float | None
+    weight_decay: float
+    truncation: int
+    source: str = "<dict>"
+    raw: dict = field(default=None, repr=False, compare=False)
+
+    @property
+    def K(self) -> int:
+        return len(self.indices)
+
+    @property
+    def students(self) -> list:
+        return [k for k, ix in enumerate(self.indices) if ix.role == "student"]
+
+    @property
+    def teachers(self) -> list:
+        return [k for k, ix in enumerate(self.indices) if ix.role == "teacher"]
+
+    @property
+    def names(self) -> list:
+        return [ix.name for ix in self.indices]
+
+    def step_size(self, dim: int | None) -> float:
+        """SGD step α: ε·B/d from noise_ratio, or learning_rate itself."""
+        if self.learning_rate is not None:
+            return self.learning_rate
+        if dim is None:
+            raise SpecError(f"{self.source}: training.noise_ratio: a dimension is needed to turn ε into a step")
+        return self.noise_ratio * self.batch_size / dim
+
+    def epsilon(self, dim: int | None = None) -> float:
+        """Noise ratio ε = α·d/B (THEORY §3, §7)."""
+        if self.noise_ratio is not None:
+            return self.noise_ratio
+        if dim is None:
+            raise SpecError(f"{self.source}: training.learning_rate: ε = α·d/B depends on d; pass --dim D")
+        return self.learning_rate * dim / self.batch_size
+
+    @property
+    def parameterizations(self) -> set:
+        return {self.indices[k].parameterization for k in self.students}
+
+
+def _fail(src, key, msg):
+    raise SpecError(f"{src}: {key}: {msg}")
+
+
+def _number(src, key, value, *, low=None, strict=False, integer=False):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        _fail(src, key, f"expected a {'whole number' if integer else 'number'}, got {value!r}")
+    if integer and not float(value).is_integer():
+        _fail(src, key, f"expected a whole number, got {value!r}")
+    if not math.isfinite(value):
+        _fail(src, key, f"expected a finite number, got {value!r}")
+    if low is not None and (value < low or (strict and value == low)):
+        _fail(src, key, f"must be {'>' if strict else '>='} {low}, got {value!r}")
+    return int(value) if integer else float(value)
+
+
+def _table(src, key, value, allowed):
+    if not isinstance(value, dict):
+        _fail(src, key, f"expected a table, got {type(value).__name__}")
+    unknown = sorted(set(value) - allowed)
+    if unknown:
+        where = f"{key}.{unknown[0]}" if key else unknown[0]
+        _fail(src, where, f"unknown key; allowed: {', '.join(sorted(allowed))}")
+    return value
+
+
+def activation_expr(name: str, beta: float = 1.0):
+    """SymPy expression in z of an element-wise activation (None for softmax, which acts on rows)."""
+    z = sp.Symbol("z")
+    table = {
+        "linear": z, "h1": z,
+        "h2": (z**2 - 1) / sp.sqrt(2),
+        "h3": (z**3 - 3 * z) / sp.sqrt(6),
+        "relu": sp.Max(z, 0),
+        "tanh": sp.tanh(z),
+    }
+    return table.get(name)
+
+
+def _check_activation(src, value):
+    if not isinstance(value, str) or not value.strip():
+        _fail(src, "model.activation", f"expected one of {', '.join(ACTIVATIONS)} or a SymPy expression in z")
+    if value in ACTIVATIONS:
+        return value
+    try:
+        expr = sp.sympify(value, locals={"z": sp.Symbol("z")})
+    except (sp.SympifyError, SyntaxError, TypeError, ValueError) as exc:
+        _fail(src, "model.activation", f"cannot parse {value!r} as a SymPy expression in z ({type(exc).__name__})")
+    extra = {s.name for s in expr.free_symbols} - {"z"}
+    if extra:
+        _fail(src, "model.activation", f"expression may use only z, found {', '.join(sorted(extra))}")
+    return value
+
+
+_GSYM = re.compile(r"^G_(\d+)_(\d+)_(\d+)$")
+
+
+def _check_loss(src, value, L, K):
+    if not isinstance(value, str):
+        _fail(src, "model.loss", f"expected a SymPy expression in G_i_j_k, got {value!r}")
+    try:
+        expr = sp.sympify(value)
+    except (sp.SympifyError, SyntaxError, TypeError, ValueError) as exc:
+        _fail(src, "model.loss", f"cannot parse {value!r} ({type(exc).__name__})")
+    if not expr.free_symbols:
+        _fail(src, "model.loss", "the loss must depend on some G_i_j_k")
+    for s in expr.free_symbols:
+        m = _GSYM.match(s.name)
+        if not m:
+            _fail(src, "model.loss", f"unknown symbol {s.name}; use G_i_j_k with 1 <= i, j <= {L}, 1 <= k <= {K}")
+        i, j, k = map(int, m.groups())
+        if not (1 <= i <= L and 1 <= j <= L and 1 <= k <= K):
+            _fail(src, "model.loss", f"{s.name} out of range; 1 <= i, j <= {L}, 1 <= k <= {K}")
+    return value
+
+
+def _covariance(src, value, L):
+    key = "model.token_covariance"
+    if value == "identity":
+        return np.eye(L)
+    try:
+        C = np.array(value, dtype=float)
+    except (TypeError, ValueError):
+        _fail(src, key, f"expected \"identity\" or an {L}x{L} matrix of numbers")
+    if C.shape != (L, L):
+        _fail(src, key, f"expected \"identity\" or an {L}x{L} matrix, got shape {C.shape}")
+    if not np.all(np.isfinite(C)):
+        _fail(src, key, "entries must be finite")
+    if not np.allclose(C, C.T, atol=1e-12):
+        _fail(src, key, "must be symmetric")
+    if np.linalg.eigvalsh(C).min() < -1e-12:
+        _fail(src, key, "must be positive semi-definite")
+    return C
+
+
+def _index(src, n, raw, seen):
+    key = f"indices[{n}]"
+    raw = _table(src, key, raw, _INDEX_KEYS)
+    name = raw.get("name")
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", name or ""):
+        _fail(src, f"{key}.name", f"expected an alphanumeric name starting with a letter, got {name!r}")
+    if name in seen:
+        _fail(src, f"{key}.name", f"duplicate index name {name!r}")
+    role = raw.get("role")
+    if role not in ROLES:
+        _fail(src, f"{key}.role", f"expected one of {', '.join(ROLES)}, got {role!r}")
+    par = raw.get("parameterization")
+    if par not in PARAMETERIZATIONS:
+        _fail(src, f"{key}.parameterization", f"expected one of {', '.join(PARAMETERIZATIONS)}, got {par!r}")
+    if par == "identity" and role == "student":
+        _fail(src, f"{key}.parameterization", "identity is teacher-only; a student is direct, tied or untied")
+    width = _number(src, f"{key}.width", raw.get("width", 1.0), low=0.0, strict=True)
+    if "width" in raw and par in ("direct", "identity"):
+        _fail(src, f"{key}.width", f"not used by a {par} index; allowed for tied and untied")
+    init = raw.get("init_scale", 1.0)
+    if isinstance(init, list):
+        if par != "untied" or len(init) != 2:
+            _fail(src, f"{key}.init_scale", "a pair [σ_U, σ_V] is allowed only for untied indices")
+        init = tuple(_number(src, f"{key}.init_scale", v, low=0.0) for v in init)
+    else:
+        init = (_number(src, f"{key}.init_scale", init, low=0.0),)
+    if par in ("tied", "untied") and min(init) == 0.0:
+        _fail(src, f"{key}.init_scale", f"must be > 0 for a {par} index (zero factors never move)")
+    if "scale" in raw and par != "identity":
+        _fail(src, f"{key}.scale", "only an identity teacher has a scale")
+    scale = _number(src, f"{key}.scale", raw.get("scale", 1.0))
+    return Index(name=name, role=role, parameterization=par, width=width, init_scale=init, scale=scale)
+
+
+def load_spec(source) -> Spec:
+    """Read and validate a spec from a TOML path, a TOML string path-like, a dict or a Spec."""
+    if isinstance(source, Spec):
+        return source
+    if isinstance(source, dict):
+        raw, src = source, "<dict>"
+    else:
+        src = str(source)
+        try:
+            text = Path(source).read_text()
+        except OSError as exc:
+            raise SpecError(f"{src}: cannot read file ({exc.strerror or exc})") from None
+        try:
+            raw = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise SpecError(f"{src}: malformed TOML ({exc})") from None
+    raw = _table(src, "", raw, _TOP_KEYS)
+    name = raw.get("name")
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_\-]+", name or ""):
+        _fail(src, "name", f"expected a file-name-safe string ([A-Za-z0-9_-]+), got {name!r}")
+    model = _table(src, "model", raw.get("model", {}), _MODEL_KEYS)
+    L = _number(src, "model.tokens", model.get("tokens", 1), low=1, integer=True)
+    C = _covariance(src, model.get("token_covariance", "identity"), L)
+    activation = _check_activation(src, model.get("activation", "linear"))
+    beta = _number(src, "model.beta", model.get("beta", 1.0))
+    if "beta" in model and activation != "softmax":
+        _fail(src, "model.beta", "only the softmax activation has an inverse temperature")
+    readout = model.get("readout", "sum")
+    if readout not in READOUTS:
+        _fail(src, "model.readout", f"expected one of {', '.join(READOUTS)}, got {readout!r}")
+    noise = _number(src, "model.label_noise", model.get("label_noise", 0.0), low=0.0)
+    if "indices" not in raw:
+        _fail(src, "indices", "at least one [[indices]] table is required")
+    if not isinstance(raw["indices"], list) or not raw["indices"]:
+        _fail(src, "indices", "expected a non-empty array of tables [[indices]]")
+    indices, seen = [], set()
+    for n, item in enumerate(raw["indices"]):
+        ix = _index(src, n, item, seen)
+        seen.add(ix.name)
+        indices.append(ix)
+    if not any(ix.role == "student" for ix in indices):
+        _fail(src, "indices", "at least one index must have role = \"student\"")
+    loss = model.get("loss")
+    if loss is not None:
+        loss = _check_loss(src, loss, L, len(indices))
+    elif not any(ix.role == "teacher" for ix in indices):
+        _fail(src, "indices", "the MSE loss needs a teacher index (or give model.loss)")
+    if activation == "softmax" and L < 2 and loss is None:
+        _fail(src, "model.tokens", "softmax over a single token is constant; use tokens >= 2")
+    training = _table(src, "training", raw.get("training", {}), _TRAINING_KEYS)
+    B = _number(src, "training.batch_size", training.get("batch_size", 1), low=1, integer=True)
+    if "noise_ratio" in training and "learning_rate" in training:
+        _fail(src, "training.learning_rate", "give either noise_ratio or learning_rate, not both")
+    eps = lr = None
+    if "learning_rate" in training:
+        lr = _number(src, "training.learning_rate", training["learning_rate"], low=0.0, strict=True)
+    else:
+        eps = _number(src, "training.noise_ratio", training.get("noise_ratio", 0.01), low=0.0)
+    gamma = _number(src, "training.weight_decay", training.get("weight_decay", 0.0), low=0.0)
+    theory = _table(src, "theory", raw.get("theory", {}), _THEORY_KEYS)
+    M = _number(src, "theory.truncation", theory.get("truncation", 4), low=2, integer=True)
+    return Spec(name=name, tokens=L, covariance=C, activation=activation, beta=beta, readout=readout,
+                label_noise=noise, loss=loss, indices=tuple(indices), batch_size=B, noise_ratio=eps,
+                learning_rate=lr, weight_decay=gamma, truncation=M, source=src, raw=raw)

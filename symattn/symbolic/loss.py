@@ -1,0 +1,128 @@
+"""The per-sample loss 𝓛(G) as a SymPy expression (THEORY.md §1).
+
+Symbols: ``G_i_j_k`` (1-based, k in spec order) for the pre-activations and ``xi_i_j`` for the
+label noise added to each teacher output (Gaussian, variance = model.label_noise).
+MSE family: ``𝓛 = ½ Σ_{ij} (y^s_ij − y^t_ij − ξ_ij)²`` with ``y = readout_heads F(G_head)``, F
+element-wise or a row-wise softmax of inverse temperature β.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import sympy as sp
+
+from ..spec import Spec, activation_expr
+
+
+def g_symbol(i: int, j: int, k: int) -> sp.Symbol:
+    """G_{ijk} for 0-based i, j, k (named 1-based, as in a custom loss)."""
+    return sp.Symbol(f"G_{i + 1}_{j + 1}_{k + 1}", real=True)
+
+
+def xi_symbol(i: int, j: int) -> sp.Symbol:
+    return sp.Symbol(f"xi_{i + 1}_{j + 1}", real=True)
+
+
+def head_output(spec: Spec, k: int):
+    """L×L matrix F(G_k) of SymPy expressions for index k."""
+    L = spec.tokens
+    G = [[g_symbol(i, j, k) for j in range(L)] for i in range(L)]
+    if spec.activation == "softmax":
+        b = sp.nsimplify(spec.beta, rational=True)
+        out = []
+        for i in range(L):
+            den = sum(sp.exp(b * G[i][j]) for j in range(L))
+            out.append([sp.exp(b * G[i][j]) / den for j in range(L)])
+        return out
+    F = activation_expr(spec.activation)
+    z = sp.Symbol("z")
+    if F is None:
+        F = sp.sympify(spec.activation, locals={"z": z})
+    return [[F.subs(z, G[i][j]) for j in range(L)] for i in range(L)]
+
+
+@dataclass
+class Loss:
+    """𝓛(G, ξ) of one spec with its symbols; ``G[i][j][k]`` 0-based."""
+
+    spec: Spec
+    expr: sp.Expr
+    terms: list            # 𝓛 written as a sum of terms, each integrated on its own variables
+
+    @property
+    def L(self):
+        return self.spec.tokens
+
+    @property
+    def K(self):
+        return self.spec.K
+
+    @cached_property
+    def g_symbols(self) -> list:
+        """All G symbols in the order (i, j, k), C-contiguous like an L×L×K array."""
+        L, K = self.L, self.K
+        return [g_symbol(i, j, k) for i in range(L) for j in range(L) for k in range(K)]
+
+    @cached_property
+    def xi_symbols(self) -> list:
+        if self.spec.label_noise == 0 or self.spec.loss is not None:
+            return []
+        return [xi_symbol(i, j) for i in range(self.L) for j in range(self.L)]
+
+    def compile_gradient(self):
+        """Per-sample (𝓛, ∂𝓛/∂G) on a batch: f(G[B,L,L,K], xi[B,L,L]) -> (loss[B], grad[B,L,L,K]).
+
+        The same SymPy expression as the theory, differentiated symbolically and lambdified
+        with common-subexpression elimination; only G entries of trainable indices get a gradient.
+        """
+        L, K = self.L, self.K
+        gs, xs = self.g_symbols, self.xi_symbols
+        train = set(self.spec.students)
+        grads = [sp.diff(self.expr, s) if (n % K) in train else sp.Integer(0) for n, s in enumerate(gs)]
+        fn = sp.lambdify([gs, xs], [self.expr] + grads, modules="numpy", cse=True)
+
+        def loss_and_grad(G, xi=None):
+            B = G.shape[0]
+            cols = [G[:, i, j, k] for i in range(L) for j in range(L) for k in range(K)]
+            xcols = [] if not xs else [xi[:, i, j] for i in range(L) for j in range(L)]
+            vals = fn(cols, xcols)
+            loss = np.broadcast_to(np.asarray(vals[0], dtype=float), (B,))
+            grad = np.empty((B, L * L * K))
+            for n, v in enumerate(vals[1:]):
+                grad[:, n] = v
+            return loss, grad.reshape(B, L, L, K)
+
+        return loss_and_grad
+
+
+def build_loss(spec: Spec) -> Loss:
+    """The loss expression of a spec (custom ``model.loss`` or the MSE family)."""
+    if spec.loss is not None:
+        L, K = spec.tokens, spec.K
+        names = {g_symbol(i, j, k).name: g_symbol(i, j, k) for i in range(L) for j in range(L) for k in range(K)}
+        expr = sp.sympify(spec.loss, locals=names)
+        return Loss(spec, expr, list(sp.Add.make_args(sp.expand(expr))))
+    L = spec.tokens
+    outs = {k: head_output(spec, k) for k in range(spec.K)}
+
+    def readout(ks):
+        norm = sp.Integer(len(ks)) if spec.readout == "mean" else sp.Integer(1)
+        return [[sum(outs[k][i][j] for k in ks) / norm for j in range(L)] for i in range(L)]
+
+    ys, yt = readout(spec.students), readout(spec.teachers)
+    noisy = spec.label_noise > 0
+    terms, expr = [], sp.Integer(0)
+    for i in range(L):
+        for j in range(L):
+            diff = ys[i][j] - yt[i][j] - (xi_symbol(i, j) if noisy else 0)
+            expr += diff**2 / 2
+            # ½(a − b)² = ½a² − ab + ½b²: each product is integrated over its own variables
+            parts = sp.Add.make_args(sp.expand(diff, deep=False, mul=True, multinomial=False))
+            for p in parts:
+                terms.append(p**2 / 2)
+            for a in range(len(parts)):
+                for b in range(a + 1, len(parts)):
+                    terms.append(parts[a] * parts[b])
+    return Loss(spec, expr, terms)
