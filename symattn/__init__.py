@@ -20,3 +20,5 @@ def simulate(spec, dim, seeds=1, time=1.0, points=21, **kw):
 
 
 __all__ = ["Spec", "SpecError", "NumericalFailure", "load_spec", "potential", "simulate"]
+
+__version__ = "0.1.0"

@@ -57,6 +57,106 @@ def cmd_potential(args):
         print(f"Γ[{k}] = {v:.12g}")
 
 
+def _positive(name, value, integer=False):
+    if value is None:
+        return None
+    if value <= 0:
+        raise SpecError(f"{name}: must be > 0, got {value}")
+    return value
+
+
+def cmd_derive(args):
+    from .codegen.load import default_path, write_module
+    from .derive import derive
+
+    spec = load_spec(args.spec)
+    M = _positive("--truncation", args.truncation) or spec.truncation
+    if M < 2:
+        raise SpecError("--truncation: must be >= 2")
+    system = derive(spec, M)
+    path = write_module(system.source(), args.out or default_path(spec, M))
+    print(f"wrote {path}: {system.size} moments, {len(system.terms)} terms")
+
+
+def _theory(spec, args):
+    from .derive import derive
+    from .integrate import integrate
+
+    M = args.truncation or spec.truncation
+    if M < 2:
+        raise SpecError("--truncation: must be >= 2")
+    if args.init == "sample" and args.dim is None:
+        raise SpecError("--init sample: needs --dim D (the dimension of the sampled matrices)")
+    eps = 0.0 if args.noise == "off" else spec.epsilon(args.dim)
+    system = derive(spec, M)
+    return integrate(system, time=args.time, points=args.points, init=args.init, dim=args.dim,
+                     seed=args.seed, epsilon=eps)
+
+
+def cmd_theory(args):
+    import warnings
+
+    from .integrate import write_csv
+
+    spec = load_spec(args.spec)
+    _positive("--time", args.time)
+    _positive("--points", args.points)
+    if args.method == "spectral":
+        from .spectral import run_spectral_from_args
+        result = run_spectral_from_args(spec, args)
+    else:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = _theory(spec, args)
+        for w in caught:
+            print(f"symattn: warning: {w.message}", file=sys.stderr)
+    if args.out:
+        write_csv(result.table, args.out)
+        print(f"wrote {args.out}")
+    else:
+        import io
+        buf = io.StringIO()
+        cols = list(result.table)
+        buf.write(",".join(cols) + "\n")
+        for i in range(len(result.table["time"])):
+            buf.write(",".join(f"{float(result.table[c][i]):.10g}" for c in cols) + "\n")
+        sys.stdout.write(buf.getvalue())
+
+
+def cmd_compare(args):
+    import warnings
+
+    from .compare import compare
+
+    spec = load_spec(args.spec)
+    _positive("--dim", args.dim)
+    _positive("--seeds", args.seeds)
+    _positive("--time", args.time)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        summary = compare(spec, dim=args.dim, seeds=args.seeds, time=args.time, points=args.points,
+                          out=args.out, truncation=args.truncation, init=args.init,
+                          noise=args.noise != "off", method=args.method, size=args.size)
+    for w in caught:
+        print(f"symattn: warning: {w.message}", file=sys.stderr)
+    rows = [(c, v["max_abs_dev"], v["theory_range"]) for c, v in summary["columns"].items()]
+    print(f"{'column':28s} {'max |dev|':>10s}   theory range")
+    for c, dev, rng in rows:
+        print(f"{c:28s} {dev:10.4g}   [{rng[0]:.4g}, {rng[1]:.4g}]")
+    print(f"wrote {args.out}/theory.csv, simulation.csv, comparison.png, summary.json")
+
+
+def _theory_options(q, defaults_points=51):
+    q.add_argument("--time", type=float, default=1.0)
+    q.add_argument("--points", type=int, default=defaults_points)
+    q.add_argument("--truncation", type=int)
+    q.add_argument("--init", choices=["free", "sample"], default="free")
+    q.add_argument("--noise", choices=["on", "off"], default="on",
+                   help="SGD-noise terms of ratio ε = αd/B (off: the paper's ε → 0 limit)")
+    q.add_argument("--method", choices=["moments", "spectral"], default="moments")
+    q.add_argument("--size", type=int, default=1000, help="matrix size N of the spectral method")
+
+
 def build_parser():
     p = argparse.ArgumentParser(prog="symattn", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -66,6 +166,35 @@ def build_parser():
     q.add_argument("--json", action="store_true")
     q.add_argument("--tol", type=float, default=1e-8, help="quadrature tolerance")
     q.set_defaults(func=cmd_potential)
+
+    q = sub.add_parser("derive", help="derive the limit ODE system and write its generated module")
+    q.add_argument("spec")
+    q.add_argument("--truncation", type=int)
+    q.add_argument("--out")
+    q.set_defaults(func=cmd_derive)
+
+    q = sub.add_parser("theory", help="integrate the limit equations")
+    q.add_argument("spec")
+    _theory_options(q)
+    q.add_argument("--dim", type=int)
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--out")
+    q.add_argument("--spectra", help="spectral method: write student eigenvalue quantiles here")
+    q.set_defaults(func=cmd_theory)
+
+    q = sub.add_parser("compare", help="theory and simulation side by side")
+    q.add_argument("spec")
+    q.add_argument("--dim", type=int, required=True)
+    q.add_argument("--seeds", type=int, default=4)
+    _theory_options(q, defaults_points=21)
+    q.add_argument("--out", default="compare_out")
+    q.set_defaults(func=cmd_compare)
+
+    try:
+        from .simulate.cli import add_simulate_command
+        add_simulate_command(sub)
+    except ImportError:
+        pass
     return p
 
 

@@ -542,38 +542,30 @@ def _scalar_multiple_of_identity(M: np.ndarray):
     return float(c)
 
 
+def _trace_of_product(L: np.ndarray, Rt: np.ndarray) -> float:
+    """Tr(L R) = Σ_ij L_ij (R^T)_ij, given L and R^T (contiguous dot when the layouts agree)."""
+    if (L.flags.c_contiguous and Rt.flags.c_contiguous) or (L.flags.f_contiguous and Rt.flags.f_contiguous):
+        return float(np.dot(L.ravel(order="K"), Rt.ravel(order="K")))
+    return float(np.einsum("ij,ij->", L, Rt))
+
+
 def sample_moment(word, factor_list) -> float:
     """Tr(X_1 ⋯ X_w)/d of the concrete matrices (letters built by :func:`letter_matrix`)."""
     return float(sample_moments([word], factor_list)[0])
 
 
-def sample_moments(words, factor_list) -> np.ndarray:
-    """Tr(word)/d for every word, float64 array in the order of ``words``.
+def sample_moments(words, factor_list, max_cache_bytes: float = 2e9) -> np.ndarray:
+    """Tr(word)/d of the concrete matrices for every word; float64 array in the order of ``words``.
 
-    Words are arranged in a prefix tree; one d×d product per internal node (prefix of length
-    ≥ 2), and the last letter enters only through Tr(P L) = Σ P ⊙ L^T (O(d²)).  Letters equal to
-    c·I are applied as scalars.
+    Meet in the middle: Tr(L R) = Σ_ij L_ij R_ji with L, R the products of the two halves of the
+    word, each half-product built from a memoised shorter product (one d×d matmul each) and
+    shared between words; a product and its transpose share one cache entry.  Letters equal to
+    c·I are applied as scalars.  The product cache is capped at ``max_cache_bytes`` (cleared when
+    full), so memory stays bounded for long lists of long words.
     """
     words = [tuple(w) for w in words]
     out = np.empty(len(words))
-    letters: dict = {}
-
-    def get(letter):
-        if letter not in letters:
-            k, op = letter
-            M = letter_matrix(factor_list[k], op)
-            letters[letter] = (M, _scalar_multiple_of_identity(M))
-        return letters[letter]
-
     d = None
-    root = {"ends": [], "ch": {}}
-    for i, w in enumerate(words):
-        node = root
-        for letter in w:
-            node = node["ch"].setdefault(letter, {"ends": [], "ch": {}})
-        node["ends"].append(i)
-    for i in root["ends"]:
-        out[i] = 1.0
     for fl in factor_list:
         for key in ("W", "U", "S"):
             if key in fl:
@@ -582,29 +574,70 @@ def sample_moments(words, factor_list) -> np.ndarray:
         if d is not None:
             break
 
-    def trace_prod(scale, P, letter):
-        M, c = get(letter)
-        if c is not None:
-            tr = np.trace(P) if P is not None else d
-            return scale * c * tr / d
-        if P is None:
-            return scale * np.trace(M) / d
-        return scale * float(np.einsum("ij,ji->", P, M)) / d
+    letters: dict = {}  # (k, op) -> (matrix, scalar or None, key of the letter)
 
-    def visit(node, scale, P):
-        for letter, child in node["ch"].items():
-            if child["ends"]:
-                v = trace_prod(scale, P, letter)
-                for i in child["ends"]:
-                    out[i] = v
-            if child["ch"]:
-                M, c = get(letter)
-                if c is not None:
-                    visit(child, scale * c, P)
-                elif P is None:
-                    visit(child, scale, M)
-                else:
-                    visit(child, scale, P @ M)
+    def get(letter):
+        res = letters.get(letter)
+        if res is None:
+            k, op = letter
+            fl = factor_list[k]
+            M = letter_matrix(fl, op)
+            c = _scalar_multiple_of_identity(M)
+            sym = "W" in fl or ("S" in fl and op in ("S", "T") and np.array_equal(fl["S"], fl["S"].T))
+            key = (k, "S") if sym else (k, op)
+            res = letters[letter] = (M, c, key, sym)
+        return res
 
-    visit(root, 1.0, None)
+    tr_op = {"S": "T", "T": "S", "A": "A", "B": "B"}
+
+    def key_transpose(t):
+        return tuple((k, op if letters[(k, op)][3] else tr_op[op]) for k, op in reversed(t))
+
+    cache: dict = {}
+    nbytes = [0]
+
+    def product(t):
+        """d×d product of the letter keys t (non-scalar letters, len ≥ 1)."""
+        if len(t) == 1:
+            return letters[t[0]][0]
+        tt = key_transpose(t)
+        if tt < t:
+            return product(tt).T
+        P = cache.get(t)
+        if P is not None:
+            return P
+        h = len(t) // 2
+        P = product(t[:h]) @ product(t[h:])
+        if nbytes[0] + P.nbytes > max_cache_bytes:
+            cache.clear()
+            nbytes[0] = 0
+        cache[t] = P
+        nbytes[0] += P.nbytes
+        return P
+
+    reduced: dict = {}
+    for i, w in enumerate(words):
+        scale = 1.0
+        red = []
+        for letter in w:
+            M, c, key, _ = get(tuple(letter))
+            if c is not None:
+                scale *= c
+            else:
+                if key not in letters:
+                    letters[key] = letters[tuple(letter)] if key == tuple(letter) else get(key)
+                red.append(key)
+        reduced.setdefault(tuple(red), []).append((i, scale))
+    # process in an order that keeps equal halves adjacent
+    for red in sorted(reduced, key=lambda t: (len(t), t)):
+        n = len(red)
+        if n == 0:
+            v = 1.0
+        elif n == 1:
+            v = float(np.trace(letters[red[0]][0])) / d
+        else:
+            h = (n + 1) // 2
+            v = _trace_of_product(product(red[:h]), product(key_transpose(red[h:]))) / d
+        for i, scale in reduced[red]:
+            out[i] = scale * v
     return out

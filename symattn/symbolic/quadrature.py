@@ -90,7 +90,7 @@ class QuadTerm:
         hess = [[sp.diff(g, b) for b in v] for g in grads]
         self.stein = any(h.has(sp.DiracDelta) for row in hess for h in row)
         outs = [self.expr] + grads + ([] if self.stein else [h for row in hess for h in row])
-        self._fn = sp.lambdify([v], outs, modules=[{"Heaviside": lambda x: np.heaviside(x, 0.5)}, "numpy"],
+        self._fn = sp.lambdify([v], outs, modules=[{"Heaviside": lambda x, h0=0.5: np.heaviside(x, h0)}, "numpy"],
                                cse=True)
 
     @property

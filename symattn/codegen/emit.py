@@ -1,0 +1,274 @@
+"""Emit a self-contained Python/Numba module for the right-hand side of a moment system.
+
+The module needs only numpy and numba. It holds the derived data (words, sparse terms), the
+gradient of Φ (closed form printed from SymPy; quadrature terms as compiled integrands with
+their Gaussian rule), ``coefficients(mu)`` and ``rhs(t, mu)``. Output is deterministic:
+same spec and truncation → same bytes (floats are printed rounded to 15 significant digits).
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+
+import numpy as np
+import sympy as sp
+from sympy.printing.pycode import pycode
+
+from ..symbolic.quadrature import HALF_WIDTH
+
+
+def fnum(x) -> str:
+    """Deterministic float literal."""
+    x = float(x)
+    if x == 0:
+        return "0.0"
+    return repr(float(f"{x:.15g}"))
+
+
+def array_literal(a, dtype="np.float64") -> str:
+    a = np.asarray(a)
+    if a.dtype.kind in "iu":
+        body = repr(a.tolist())
+    else:
+        body = _nested(a)
+    return f"np.array({body}, dtype={dtype})"
+
+
+def _nested(a):
+    if a.ndim == 0:
+        return fnum(a)
+    return "[" + ", ".join(_nested(x) for x in a) + "]"
+
+
+def _wrap(items, width=96, indent="    "):
+    lines, cur = [], indent
+    for it in items:
+        piece = it + ", "
+        if len(cur) + len(piece) > width and cur.strip():
+            lines.append(cur.rstrip())
+            cur = indent
+        cur += piece
+    if cur.strip():
+        lines.append(cur.rstrip())
+    return "\n".join(lines)
+
+
+def int_array(name, values) -> str:
+    return f"{name} = np.array([\n{_wrap([str(int(v)) for v in values])}\n], dtype=np.int64)\n"
+
+
+def float_array(name, values) -> str:
+    return f"{name} = np.array([\n{_wrap([fnum(v) for v in values])}\n], dtype=np.float64)\n"
+
+
+def _expr_code(exprs, args, name, arg_name="x", out_len=None, vectorized=False):
+    """A function of x computing a list of SymPy expressions of args[i] = x[i], with CSE.
+
+    Scalar form: a numba function returning a vector. Vectorized form (x[i] arrays): a NumPy
+    function returning an array with one row per expression (no compilation at import).
+    """
+    subs = {a: sp.Symbol(f"{arg_name}{i}") for i, a in enumerate(args)}
+    exprs = [sp.sympify(e).xreplace(subs) for e in exprs]
+    reps, reduced = sp.cse(exprs, symbols=sp.numbered_symbols("c"), optimizations=None)
+    printer = (lambda e: _np_code(e)) if vectorized else (lambda e: pycode(e, fully_qualified_modules=True))
+    lines = ([] if vectorized else ["@njit(cache=True)"]) + [f"def {name}({arg_name}):"]
+    for i in range(len(args)):
+        lines.append(f"    {arg_name}{i} = {arg_name}[{i}]")
+    for s, e in reps:
+        lines.append(f"    {s} = {printer(e)}")
+    n = out_len or len(reduced)
+    shape = f"({n}, {arg_name}.shape[1])" if vectorized else f"{n}"
+    lines.append(f"    out = np.zeros({shape})")
+    for i, e in enumerate(reduced):
+        if e != 0:
+            lines.append(f"    out[{i}] = {printer(e)}")
+    lines.append("    return out")
+    return "\n".join(lines) + "\n"
+
+
+def _np_code(e):
+    from sympy.printing.numpy import NumPyPrinter
+    return NumPyPrinter().doprint(e)
+
+
+def canonical_basis(P):
+    """A deterministic orthonormal basis of the row space of P (Gram–Schmidt of its projector)."""
+    if P.shape[0] == P.shape[1]:
+        return np.eye(P.shape[0])
+    proj = np.round(P.T @ P, 12)
+    rows = []
+    for col in proj.T:
+        v = col - sum((r @ col) * r for r in rows)
+        if np.linalg.norm(v) > 1e-6:
+            rows.append(v / np.linalg.norm(v))
+        if len(rows) == P.shape[0]:
+            break
+    return np.round(np.array(rows), 14)
+
+
+def quad_term_code(n, term, order):
+    """Numba integrand and expectation of one quadrature term (symbolic.quadrature.QuadTerm)."""
+    v = term.variables
+    grads = [sp.diff(term.expr, a) for a in v]
+    exprs = [term.expr] + grads
+    if not term.stein:
+        exprs += [sp.diff(g, b) for g in grads for b in v]
+    P = canonical_basis(term.P)
+    nv, r = len(v), P.shape[0]
+    src = [f"# quadrature term {n}: variables {', '.join(s.name for s in v)}; {r} effective dimension(s)"]
+    src.append(_expr_code(exprs, v, f"_integrand_{n}", vectorized=True))
+    src.append(f"_P_{n} = {array_literal(P)}")
+    src.append(f"_MU0_{n} = {array_literal(term.mu0)}")
+    src.append(f"_MUT_{n} = {array_literal(term.mu_theta)}")
+    src.append(f"_COV0_{n} = {array_literal(term.cov0)}")
+    src.append(f"_COVT_{n} = {array_literal(term.cov_theta)}\n")
+    src.append(f"""def _expect_{n}(theta):
+    return _gauss_expect(_integrand_{n}, theta, _P_{n}, _MU0_{n}, _MUT_{n}, _COV0_{n}, _COVT_{n},
+                         _RULE_{r}, {term.stein})
+""")
+    return "\n".join(src)
+
+
+GAUSS_EXPECT = f'''
+def _gauss_rule(order, r):
+    x1 = np.linspace(-{HALF_WIDTH}, {HALF_WIDTH}, order)
+    w1 = np.exp(-0.5 * x1 * x1) / np.sqrt(2.0 * np.pi) * (x1[1] - x1[0])
+    z = np.stack([g.ravel() for g in np.meshgrid(*([x1] * r), indexing="ij")])
+    w = np.prod(np.stack([g.ravel() for g in np.meshgrid(*([w1] * r), indexing="ij")]), axis=0)
+    return z, w
+
+
+def _gauss_expect(integrand, theta, P, mu0, mut, cov0, covt, rule, stein):
+    """E f and ∂E f/∂θ (Price's theorem) with a tensor trapezoidal rule on |z| <= {HALF_WIDTH}."""
+    z, w = rule
+    nv = P.shape[1]
+    mu = mu0 + theta @ mut
+    cov = cov0 + np.tensordot(theta, covt, axes=1)
+    mu_y = P @ mu
+    lam, Q = np.linalg.eigh(P @ cov @ P.T)
+    lam = np.clip(lam, 0.0, None)
+    y = mu_y[:, None] + (Q * np.sqrt(lam)) @ z
+    vals = integrand(P.T @ y)
+    Ef = w @ vals[0]
+    g = vals[1:1 + nv]
+    if stein:
+        lam_inv = np.where(lam > 1e-300, 1.0 / np.where(lam > 0, lam, 1.0), 0.0)
+        white = (Q * lam_inv) @ Q.T @ (y - mu_y[:, None])
+        Hy = (P @ g * w) @ white.T
+        EH = P.T @ (0.5 * (Hy + Hy.T)) @ P
+    else:
+        EH = (vals[1 + nv:] @ w).reshape(nv, nv)
+    return Ef, mut @ (g @ w) + 0.5 * np.einsum("pab,ab->p", covt, EH)
+'''
+
+
+def gradient_code(potential, order):
+    """``phi_and_grad(theta)``: closed form + quadrature terms, ∂Φ/∂θ in Potential.names order."""
+    syms = potential.symbols
+    closed = [potential.closed_form] + potential.closed_gradient()
+    parts = [_expr_code(closed, syms, "_closed_phi_grad", arg_name="t")]
+    jit = [] if potential.quad_terms else ["@njit(cache=True)"]
+    body = jit + ["def phi_and_grad(theta):",
+            "    out = _closed_phi_grad(theta)",
+            "    phi = out[0]", "    grad = out[1:].copy()"]
+    for n, term in enumerate(potential.quad_terms):
+        parts.append(quad_term_code(n, term, order))
+        body += [f"    f, g = _expect_{n}(theta)", "    phi += f", "    grad += g"]
+    body.append("    return phi, grad")
+    if potential.quad_terms:
+        dims = sorted({canonical_basis(t.P).shape[0] for t in potential.quad_terms})
+        rules = "\n".join(f"_RULE_{r} = _gauss_rule({order}, {r})" for r in dims)
+        parts.insert(0, GAUSS_EXPECT + f"# quadrature: {order} nodes per dimension\n" + rules + "\n")
+    return "\n\n".join(parts) + "\n\n" + "\n".join(body) + "\n"
+
+
+def gamma_lines(potential, var="g", out="gamma"):
+    """Lines filling the K×K Γ (= GΩ + GΨ, off-diagonal halved; THEORY §2) from ∂Φ/∂θ."""
+    op, K = potential.op, potential.spec.K
+    pos = {n: i for i, n in enumerate(potential.names)}
+    lines = [f"    {out} = np.zeros(({K}, {K}))"]
+    for k in range(K):
+        for l in range(K):
+            w = "" if k == l else "0.5 * "
+            so, sq = op.omega(k, l), op.psi(k, l)
+            if so == sq:
+                lines.append(f"    {out}[{k}, {l}] = {w}{var}[{pos[so.name]}]")
+            else:
+                lines.append(f"    {out}[{k}, {l}] = {w}({var}[{pos[so.name]}] + {var}[{pos[sq.name]}])")
+    return lines
+
+
+HEADER = '''"""Generated by symattn {version} — do not edit; re-derive with `symattn derive`.
+
+Model: {name} ({kind})
+Truncation M = {M}; {nmom} moments (words up to length {M} and the constant 1); {nterms} sparse terms.
+Time axis: package time nα/d. Spec digest: {digest}
+Φ = {phi}
+{quad}
+Spec:
+{spec}
+Moments (index: word):
+{words}
+"""
+import math
+
+import numpy
+import numpy as np
+from numba import njit
+
+'''
+
+
+def module_source(system, kind: str, coefficient_lines: list, extra: str = "") -> str:
+    """Source of the generated module of a MomentSystem-like object."""
+    from .. import __version__
+
+    P = system.potential
+    order = P.order if P.quad_terms else 0
+    spec_text = system.spec_text()
+    words = system.word_names()
+    quad = (f"Quadrature: {len(P.quad_terms)} terms, {order} nodes per dimension "
+            f"(calibrated at the initial state, error estimate {P.error:.1e})\n") if P.quad_terms else ""
+    head = HEADER.format(
+        version=__version__, name=system.spec.name, kind=kind, M=system.truncation, nmom=system.size,
+        nterms=len(system.terms), digest=hashlib.sha256(spec_text.encode()).hexdigest()[:16],
+        phi=sp.sstr(P.closed_form) + (" + E[non-polynomial terms]" if P.quad_terms else ""),
+        quad=quad, spec=_indent(spec_text), words=_indent("\n".join(f"{i}: {w}" for i, w in enumerate(words))))
+    T = system.terms
+    src = [head]
+    src.append(f"NAMES = {P.names!r}  # order parameters θ of Φ\n")
+    src.append(f"COEF_NAMES = {system.coef_names!r}\n")
+    src.append(f"N_MOMENTS = {system.size}\n")
+    src.append(int_array("THETA_WORDS", system.theta_words))
+    src.append(int_array("ROW", T["row"]))
+    src.append(int_array("C1", T["c1"]))
+    src.append(int_array("C2", T["c2"]))
+    src.append(int_array("KEY", T["key"]))
+    src.append(float_array("VAL", T["val"]))
+    src.append("\n" + gradient_code(P, order))
+    jit = "" if P.quad_terms else "@njit(cache=True)\n"
+    src.append("\n" + jit + "def coefficients(mu, params):\n"
+               "    \"\"\"coef[key] of the sparse terms at the current moments; params = [γ, ε].\"\"\"\n"
+               "    theta = mu[THETA_WORDS]\n    phi, g = phi_and_grad(theta)\n"
+               f"    coef = np.zeros({len(system.coef_names)})\n    coef[0] = 1.0\n"
+               + "\n".join(coefficient_lines) + "\n    return coef\n")
+    src.append(extra)
+    src.append(f'''
+@njit(cache=True)
+def rhs_terms(mu, coef):
+    out = np.zeros(mu.shape[0])
+    for n in range(ROW.shape[0]):
+        out[ROW[n]] += VAL[n] * coef[KEY[n]] * mu[C1[n]] * mu[C2[n]]
+    return out
+
+
+{jit}def rhs(t, mu, params):
+    """dμ/dt on package time; params = [weight decay γ, noise ratio ε]."""
+    return rhs_terms(mu, coefficients(mu, params))
+''')
+    text = "\n".join(src)
+    return re.sub(r"[ \t]+\n", "\n", text)
+
+
+def _indent(text, pre="    "):
+    return "\n".join(pre + line if line else line for line in text.splitlines())

@@ -1,0 +1,44 @@
+"""Write generated modules to ``generated/`` and import them."""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+
+def default_path(spec, truncation: int, root: str | Path = "generated") -> Path:
+    return Path(root) / f"{spec.name}_M{truncation}.py"
+
+
+def write_module(source: str, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(source)
+    return path
+
+
+def import_module(path: str | Path):
+    """Import a generated module from its file (a fresh module object each call)."""
+    path = Path(path).resolve()
+    name = f"symattn_generated_{path.stem}_{abs(hash(str(path)))}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("SYMATTN_CACHE") or os.path.join(tempfile.gettempdir(), "symattn-cache")
+    return Path(root)
+
+
+def cached_module(source: str):
+    """Import generated source through a content-addressed file in the cache directory."""
+    path = cache_dir() / f"m_{hashlib.sha256(source.encode()).hexdigest()[:20]}.py"
+    if not path.exists():
+        write_module(source, path)
+    return import_module(path)

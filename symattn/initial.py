@@ -1,0 +1,63 @@
+"""Initial conditions of the limit dynamics (THEORY.md §3, §7).
+
+``free``: exact d → ∞ moments of asymptotically free initial laws (free probability).
+``sample``: the moments of the very matrices ``simulate`` draws for (d, seed), so that theory and
+one simulation share their initial state.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .spec import Spec, load_spec
+from .symbolic import freeprob
+
+
+def laws(spec: Spec) -> list:
+    """The initial law of every index, in spec order."""
+    out = []
+    for ix in spec.indices:
+        par = ix.parameterization
+        if par == "tied":
+            out.append(freeprob.Wishart(ix.width, ix.sigma))
+        elif par == "untied":
+            su, sv = ix.sigmas
+            out.append(freeprob.Untied(ix.width, su, sv))
+        elif par == "direct":
+            out.append(freeprob.GOE(ix.sigma))
+        else:
+            out.append(freeprob.Identity(ix.scale))
+    return out
+
+
+def free_moments(spec, words) -> np.ndarray:
+    """μ_w(0) for each word (the empty word is 1), exact free-probability values as floats."""
+    spec = load_spec(spec)
+    return np.array([1.0 if not w else float(freeprob.free_moment(w, laws(spec))) for w in words])
+
+
+def sample_moments(spec, words, dim: int, seed: int = 0) -> np.ndarray:
+    """μ_w(0) measured on the initial matrices of simulation seed ``seed`` at dimension ``dim``."""
+    from .simulate.init import draw_initial
+
+    spec = load_spec(spec)
+    factors = draw_initial(spec, dim, np.random.default_rng(seed))
+    return np.array([1.0 if not w else freeprob.sample_moment(w, factors) for w in words])
+
+
+def initial_order_parameters(spec) -> dict:
+    """Free-probability values of the order parameters of Φ (names as in ``Potential.names``)."""
+    from .derive.potential import Potential  # noqa: F401  (names only)
+    from .symbolic.gaussian import OrderParameters
+
+    spec = load_spec(spec)
+    out = {}
+    for name in OrderParameters(spec).names:
+        kind, *pair = name.split("_")
+        ks = [spec.names.index(n) for n in pair]
+        if kind == "m":
+            out[name] = 0.0
+            continue
+        a, b = ks
+        second = {"q": "S", "q1": "T", "q2": "S"}[kind]
+        out[name] = float(freeprob.free_moment(((a, "S"), (b, second)), laws(spec)))
+    return out

@@ -1,0 +1,123 @@
+"""Integrate a derived limit system with SciPy (``symattn theory``), honestly.
+
+Two failure modes are detected and reported with the time where they happen, never written as
+numbers: blow-up / NaN of the moments (the integration stops there), and loss of truncation
+validity — the M and M−2 truncations disagree by more than ``gap_tol`` (THEORY.md §5: the zero
+truncation has a finite window of validity; beyond it larger M diverges faster).
+"""
+from __future__ import annotations
+
+import csv
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.integrate import solve_ivp
+
+BLOWUP = 1e6
+
+
+@dataclass
+class TheoryResult:
+    """Columns of the theory CSV (INTERFACE.md) and the diagnostics of the run."""
+
+    table: dict
+    truncation: int
+    epsilon: float
+    diverged_at: float | None = None
+    valid_until: float | None = None      # first time the M and M−2 truncations disagree
+    gap_tol: float | None = None
+    info: dict = field(default_factory=dict)
+
+    @property
+    def columns(self):
+        return list(self.table)
+
+    def to_csv(self, path):
+        write_csv(self.table, path)
+
+    def summary(self) -> dict:
+        return {"truncation": self.truncation, "epsilon": self.epsilon, "diverged_at": self.diverged_at,
+                "truncation_valid_until": self.valid_until, "truncation_gap_tol": self.gap_tol, **self.info}
+
+
+def write_csv(table: dict, path):
+    cols = list(table)
+    n = len(table[cols[0]])
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(cols)
+        for i in range(n):
+            w.writerow([f"{float(table[c][i]):.10g}" for c in cols])
+
+
+def read_csv(path) -> dict:
+    with open(path) as fh:
+        rows = list(csv.reader(fh))
+    cols = rows[0]
+    data = np.array([[float(x) for x in r] for r in rows[1:]])
+    return {c: data[:, i] for i, c in enumerate(cols)}
+
+
+def solve(system, y0, time: float, points: int, epsilon: float = 0.0, rtol=1e-9, atol=1e-12):
+    """(t_eval, Y[points', n], diverged_at) integrating system.module().rhs from y0."""
+    mod = system.module()
+    params = system.params(epsilon)
+    t_eval = np.linspace(0.0, time, points)
+
+    def blowup(t, y, p):
+        return BLOWUP - np.max(np.abs(y)) if np.all(np.isfinite(y)) else -1.0
+    blowup.terminal = True
+
+    sol = solve_ivp(mod.rhs, (0.0, time), np.asarray(y0, dtype=float), t_eval=t_eval, args=(params,),
+                    method="DOP853", rtol=rtol, atol=atol, events=blowup)
+    Y = sol.y.T
+    diverged = None
+    if sol.status == 1 or sol.status == -1 or not np.all(np.isfinite(Y)):
+        diverged = float(sol.t[-1]) if sol.t.size else 0.0
+        if sol.t_events and sol.t_events[0].size:
+            diverged = float(sol.t_events[0][0])
+        ok = np.all(np.isfinite(Y), axis=1) & (np.max(np.abs(Y), axis=1) < BLOWUP)
+        Y = Y[ok]
+    return t_eval[: len(Y)], Y, diverged
+
+
+def integrate(system, time: float = 1.0, points: int = 51, init="free", dim: int | None = None, seed: int = 0,
+              epsilon: float | None = None, check_truncation: bool = True, gap_tol: float = 1e-3) -> TheoryResult:
+    """Integrate the limit equations of ``system`` on package time [0, time].
+
+    init: "free" (free probability), "sample" (moments of simulate's seed-``seed`` matrices at
+    ``dim``) or an explicit initial state vector. epsilon: SGD-noise ratio (default the spec's; 0
+    for the paper's limit). With check_truncation, the M−2 system is integrated too and the first
+    time where observables differ by more than gap_tol·(1 + |value|) is reported.
+    """
+    spec = system.spec
+    if epsilon is None:
+        epsilon = spec.epsilon(dim) if getattr(system, "supports_noise", False) else 0.0
+    y0 = system.initial(init, dim=dim, seed=seed)
+    t, Y, diverged = solve(system, y0, time, points, epsilon)
+    table = {"time": t, **system.observables(Y)}
+    res = TheoryResult(table, system.truncation, epsilon, diverged_at=diverged, gap_tol=gap_tol)
+    if diverged is not None:
+        warnings.warn(f"theory (M={system.truncation}) diverged at time {diverged:.4g}; "
+                      f"rows after it are omitted (the truncation is invalid there)", RuntimeWarning, stacklevel=2)
+    lower = system.truncation - 2
+    if check_truncation and lower >= 2 and getattr(system, "can_truncate", True):
+        other = system.retruncate(lower)
+        y1 = other.initial(init, dim=dim, seed=seed)
+        t1, Y1, _ = solve(other, y1, time, points, epsilon)
+        obs1 = other.observables(Y1)
+        n = min(len(t1), len(t))
+        gap = np.zeros(len(t))
+        gap[n:] = np.inf
+        for c in obs1:
+            if c in table and c != "loss":
+                a, b = table[c][:n], obs1[c][:n]
+                gap[:n] = np.maximum(gap[:n], np.abs(a - b) / (1.0 + np.abs(a)))
+        table["truncation_gap"] = gap
+        bad = np.nonzero(gap > gap_tol)[0]
+        if bad.size:
+            res.valid_until = float(t[bad[0]])
+            warnings.warn(f"truncations M={system.truncation} and M={lower} disagree by more than "
+                          f"{gap_tol:g} from time {res.valid_until:.4g} on", RuntimeWarning, stacklevel=2)
+    return res

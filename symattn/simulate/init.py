@@ -1,0 +1,70 @@
+"""Initial matrices of a simulation (THEORY.md §3 "Initialisation", §7 "Sampled initial conditions").
+
+``draw_initial(spec, dim, rng)`` returns one dict per index, in spec order:
+``{'W': W}`` (tied, S = WW^T), ``{'U': U, 'V': V}`` (untied, S = UV^T), ``{'S': S}`` (direct,
+identity). Factor entries are N(0, σ²/d) with d_k = round(κ d) columns; a direct S is σ·Z with
+Z = (A + A^T)/√(2d) a GOE matrix (Tr Z²/d → 1; nothing is drawn when σ = 0); an identity
+teacher is scale·I (nothing drawn). Draws happen in exactly this order from ``rng``, so
+``draw_initial(spec, d, np.random.default_rng(s))`` reproduces the initial state of seed s.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..spec import Spec, SpecError
+
+
+def factor_width(spec: Spec, k: int, dim: int) -> int:
+    """d_k = round(κ_k d) of a tied/untied index (≥ 1, else SpecError)."""
+    ix = spec.indices[k]
+    dk = int(round(ix.width * dim))
+    if dk < 1:
+        raise SpecError(f"{spec.source}: indices[{k}].width: κ·d = {ix.width}·{dim} rounds to 0 columns; "
+                        f"use a larger --dim or width")
+    return dk
+
+
+def goe(dim: int, rng) -> np.ndarray:
+    """Symmetric Gaussian matrix Z = (A + A^T)/√(2d), off-diagonal variance 1/d, Tr Z²/d → 1."""
+    A = rng.standard_normal((dim, dim))
+    return (A + A.T) / np.sqrt(2.0 * dim)
+
+
+def draw_initial(spec: Spec, dim: int, rng) -> list:
+    """Initial (student) / frozen (teacher) matrices of every index, THEORY §3 laws, spec order."""
+    out = []
+    sq = np.sqrt(dim)
+    for k, ix in enumerate(spec.indices):
+        par = ix.parameterization
+        if par == "tied":
+            dk = factor_width(spec, k, dim)
+            out.append({"W": rng.standard_normal((dim, dk)) * (ix.sigma / sq)})
+        elif par == "untied":
+            dk = factor_width(spec, k, dim)
+            su, sv = ix.sigmas
+            U = rng.standard_normal((dim, dk)) * (su / sq)
+            V = rng.standard_normal((dim, dk)) * (sv / sq)
+            out.append({"U": U, "V": V})
+        elif par == "direct":
+            S = goe(dim, rng) * ix.sigma if ix.sigma != 0 else np.zeros((dim, dim))
+            out.append({"S": S})
+        elif par == "identity":
+            out.append({"S": ix.scale * np.eye(dim)})
+        else:  # pragma: no cover - spec validation forbids it
+            raise SpecError(f"{spec.source}: indices[{k}].parameterization: unknown {par!r}")
+    return out
+
+
+def dense(state_k: dict) -> np.ndarray:
+    """The d×d matrix S of one index from its factor dict (for tests and small d)."""
+    if "W" in state_k:
+        return state_k["W"] @ state_k["W"].T
+    if "U" in state_k:
+        return state_k["U"] @ state_k["V"].T
+    return state_k["S"]
+
+
+def psd_sqrt(C: np.ndarray) -> np.ndarray:
+    """Symmetric square root R of a PSD matrix C (R R^T = C), negative round-off clipped."""
+    w, Q = np.linalg.eigh(np.asarray(C, dtype=float))
+    return (Q * np.sqrt(np.clip(w, 0.0, None))) @ Q.T

@@ -1,0 +1,226 @@
+"""One online-SGD step at finite d, dense batched BLAS (THEORY.md §1, §3).
+
+Pre-activations ``G_ijk = x_i^T S_k x_j/√d`` (minus ``C_ij Tr S_k/√d`` for tied, direct and identity
+indices), the per-sample ∂𝓛/∂G from ``build_loss(spec).compile_gradient()`` (the theory's SymPy
+expression), then the chain rule to the factors with a batch of B samples X_b (L×d):
+
+    tied    ∇_W = Σ_b X_b^T (e_b + e_b^T) X_b W /(B√d) − 2 mean_b tr(e_b C) W/√d
+    untied  ∇_U = Σ_b X_b^T e_b X_b V /(B√d),   ∇_V = Σ_b X_b^T e_b^T X_b U /(B√d)
+    direct  ∇_S = Σ_b X_b^T sym(e_b) X_b /(B√d) − mean_b tr(e_b C) I/√d
+
+Every trained/frozen factor sits as columns of one d×n matrix F, so the forward pass is one
+(B·L)×d by d×n product and the backward pass one d×(B·L) by (B·L)×n_train product; the per-sample
+work is L×L algebra only. Update ``θ ← (1 − αγ/d) θ − α ∇_θ`` on every trainable factor.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..spec import Spec
+from ..symbolic.loss import build_loss
+from .init import psd_sqrt
+
+_FACTORS = {"tied": ("W",), "untied": ("U", "V"), "direct": ("S",), "identity": ()}
+
+
+class Model:
+    """The SGD dynamics of one spec at dimension d; holds the current factors (``set_state``)."""
+
+    def __init__(self, spec: Spec, dim: int, loss_grad=None):
+        self.spec, self.d = spec, int(dim)
+        self.L, self.K = spec.tokens, spec.K
+        self.C = np.asarray(spec.covariance, dtype=float)
+        self.identity_cov = np.allclose(self.C, np.eye(self.L))
+        self.R = psd_sqrt(self.C)
+        self.loss_grad = loss_grad or build_loss(spec).compile_gradient()
+        self.alpha = spec.step_size(self.d)
+        self.gamma = spec.weight_decay
+        self.B = spec.batch_size
+        self.par = [ix.parameterization for ix in spec.indices]
+        self.trainable = [ix.trainable for ix in spec.indices]
+        self.noise = spec.label_noise if spec.loss is None else 0.0
+        self.state = None
+
+    # ------------------------------------------------------------------ state
+    def set_state(self, state: list) -> None:
+        """Copy a list of factor dicts (``draw_initial`` format) into the packed matrix F."""
+        d = self.d
+        blocks = []  # (k, name, ncols), trainable blocks first (they receive gradients)
+        for train in (True, False):
+            for k, par in enumerate(self.par):
+                if self.trainable[k] == train:
+                    blocks += [(k, nm, state[k][nm].shape[1]) for nm in _FACTORS[par]]
+        n = sum(b[2] for b in blocks)
+        self.F = np.empty((d, n))
+        self.slices, self.state, pos = {}, [dict() for _ in range(self.K)], 0
+        for k, nm, w in blocks:
+            self.slices[(k, nm)] = slice(pos, pos + w)
+            self.F[:, pos:pos + w] = state[k][nm]
+            self.state[k][nm] = self.F[:, pos:pos + w]  # views into F: updates are in place
+            pos += w
+        self.n_train = sum(b[2] for b in blocks if self.trainable[b[0]])
+        for k, par in enumerate(self.par):
+            if par == "identity":
+                self.state[k]["S"] = np.asarray(state[k]["S"])
+                self.scale_id = getattr(self, "scale_id", {})
+                self.scale_id[k] = float(self.spec.indices[k].scale)
+
+    def get_state(self) -> list:
+        """A copy of the current factors (list of dicts)."""
+        return [{nm: np.array(v) for nm, v in s.items()} for s in self.state]
+
+    def trace(self, k: int) -> float:
+        """Tr S_k (unnormalised)."""
+        s, par = self.state[k], self.par[k]
+        if par == "tied":
+            W = s["W"]
+            return float(np.einsum("ij,ij->", W, W))
+        if par == "untied":
+            return float(np.einsum("ij,ij->", s["U"], s["V"]))
+        if par == "identity":
+            return self.scale_id[k] * self.d
+        return float(np.trace(s["S"]))
+
+    # ------------------------------------------------------------------ samples
+    def sample(self, rng, B: int | None = None):
+        """A batch: tokens X (B, L, d) with E[x_ia x_jb] = C_ij δ_ab (one (B·L)×d draw), label noise."""
+        B = self.B if B is None else B
+        X = rng.standard_normal((B, self.L, self.d))
+        if not self.identity_cov:
+            X = np.einsum("ij,bjd->bid", self.R, X)
+        xi = rng.standard_normal((B, self.L, self.L)) * np.sqrt(self.noise) if self.noise > 0 else None
+        return X, xi
+
+    # ------------------------------------------------------------------ forward / backward
+    def forward(self, X):
+        """G (B, L, L, K) and the products P = X F (B, L, n) reused by the backward pass."""
+        B, L, d = X.shape
+        sq = np.sqrt(d)
+        P = (X.reshape(B * L, d) @ self.F).reshape(B, L, -1)
+        G = np.empty((B, L, L, self.K))
+        XXt = None
+        for k, par in enumerate(self.par):
+            if par == "tied":
+                Y = P[:, :, self.slices[(k, "W")]]
+                g = Y @ Y.transpose(0, 2, 1)
+            elif par == "untied":
+                g = P[:, :, self.slices[(k, "U")]] @ P[:, :, self.slices[(k, "V")]].transpose(0, 2, 1)
+            elif par == "direct":
+                g = P[:, :, self.slices[(k, "S")]] @ X.transpose(0, 2, 1)
+            else:
+                if XXt is None:
+                    XXt = X @ X.transpose(0, 2, 1)
+                g = self.scale_id[k] * XXt
+            if par != "untied":  # centred G (THEORY §1)
+                g = g - self.C * self.trace(k)
+            G[..., k] = g / sq
+        return G, P
+
+    def per_sample_loss(self, X, xi=None) -> np.ndarray:
+        """𝓛(G_b, ξ_b) for every sample of the batch."""
+        G, _ = self.forward(X)
+        return self.loss_grad(G, xi)[0]
+
+    def batch_loss(self, X, xi=None) -> float:
+        """Batch-mean loss (the function one SGD step descends)."""
+        return float(np.mean(self.per_sample_loss(X, xi)))
+
+    def _grad(self, X, xi):
+        """Packed batch-mean gradient of the trainable blocks: (d, n_train) array without the
+        trace terms, the per-index scalars c_k = mean_b tr(e_bk C), and the batch-mean loss."""
+        B, L, d = X.shape
+        G, P = self.forward(X)
+        loss, e = self.loss_grad(G, xi)
+        Z = np.empty((B, L, self.n_train))
+        c = np.zeros(self.K)
+        for k, par in enumerate(self.par):
+            if not self.trainable[k]:
+                continue
+            ek = e[..., k]
+            c[k] = np.einsum("bij,ij->", ek, self.C) / B
+            ekT = ek.transpose(0, 2, 1)
+            if par == "tied":
+                sl = self.slices[(k, "W")]
+                Z[:, :, sl] = (ek + ekT) @ P[:, :, sl]
+            elif par == "untied":
+                su, sv = self.slices[(k, "U")], self.slices[(k, "V")]
+                Z[:, :, su] = ek @ P[:, :, sv]
+                Z[:, :, sv] = ekT @ P[:, :, su]
+            else:  # direct: symmetric gradient
+                Z[:, :, self.slices[(k, "S")]] = (0.5 * (ek + ekT)) @ X
+        g = X.reshape(B * L, d).T @ Z.reshape(B * L, self.n_train)
+        g *= 1.0 / (B * np.sqrt(d))
+        return g, c, float(np.mean(loss))
+
+    def gradients(self, X, xi=None) -> list:
+        """Batch-mean ∇ of the loss w.r.t. every trainable factor (list of dicts; {} for frozen)."""
+        g, c, _ = self._grad(X, xi)
+        sq = np.sqrt(self.d)
+        out = [dict() for _ in range(self.K)]
+        for k, par in enumerate(self.par):
+            if not self.trainable[k]:
+                continue
+            for nm in _FACTORS[par]:
+                gk = g[:, self.slices[(k, nm)]].copy()
+                if par == "tied":
+                    gk -= 2 * c[k] / sq * self.state[k]["W"]
+                elif par == "direct":
+                    gk = 0.5 * (gk + gk.T)
+                    gk[np.diag_indices(self.d)] -= c[k] / sq
+                out[k][nm] = gk
+        return out
+
+    def step(self, X, xi=None) -> float:
+        """One SGD step on the batch (in place): θ ← (1 − αγ/d)θ − α∇θ. Returns the batch-mean loss."""
+        g, c, loss = self._grad(X, xi)
+        a, d = self.alpha, self.d
+        sq = np.sqrt(d)
+        decay = 1.0 - a * self.gamma / d
+        for k, par in enumerate(self.par):
+            if not self.trainable[k]:
+                continue
+            if par == "direct":
+                sl = self.slices[(k, "S")]
+                gs = g[:, sl]
+                gs = 0.5 * (gs + gs.T)
+                S = self.state[k]["S"]
+                S *= decay
+                S -= a * gs
+                S[np.diag_indices(d)] += a * c[k] / sq
+            else:
+                factor = decay + (2 * a * c[k] / sq if par == "tied" else 0.0)
+                for nm in _FACTORS[par]:
+                    sl = self.slices[(k, nm)]
+                    self.F[:, sl] *= factor
+        mask = self._factor_mask()
+        if mask is None:
+            self.F[:, :self.n_train] -= a * g
+        else:
+            for sl in mask:
+                self.F[:, sl] -= a * g[:, sl]
+        return loss
+
+    def _factor_mask(self):
+        """None when every trainable block is a factor (one fused update), else their slices."""
+        if not hasattr(self, "_mask"):
+            direct = [k for k, p in enumerate(self.par) if self.trainable[k] and p == "direct"]
+            self._mask = None if not direct else [
+                self.slices[(k, nm)] for k, p in enumerate(self.par)
+                if self.trainable[k] and p != "direct" for nm in _FACTORS[p]]
+        return self._mask
+
+    def norm_bound(self) -> float:
+        """Cheap upper bound of max_k Tr(S_k S_k^T)/d (‖LR^T‖_F ≤ ‖L‖_F‖R‖_F)."""
+        out = 0.0
+        for k, par in enumerate(self.par):
+            s = self.state[k]
+            if par == "tied":
+                v = np.sum(s["W"] ** 2) ** 2
+            elif par == "untied":
+                v = np.sum(s["U"] ** 2) * np.sum(s["V"] ** 2)
+            elif par == "direct":
+                v = np.sum(s["S"] ** 2)
+            else:
+                continue
+            out = max(out, v / self.d)
+        return float(out)

@@ -1,0 +1,582 @@
+"""All-time deterministic "spectral" solver of the d → ∞ matrix flow (issue 6).
+
+The zero-truncated moment hierarchy (THEORY.md §5) converges only in a finite time window. Here
+the limit flow is integrated at matrix level on one realisation of size N of the asymptotically
+free initial laws, with quantile (not random) spectra, so that the only finite-N effects are the
+discretisation of the spectra and the O(1/N) fluctuations of the Haar rotations:
+
+* tied students (package time ``t = nα/d``, THEORY §3, §5 ×4)
+  ``dS_k/dt = −4 Σ_l Γ_kl(q) (S_l S_k + S_k S_l) − 2γ S_k``, integrated on a factor
+  ``dW_k/dt = −4 (Σ_l Γ_kl S_l) W_k − γ W_k`` (so that ``d(W W^T)/dt`` is the S flow above, PSD
+  and symmetric by construction, and an atom at 0 of the initial law stays at 0);
+* direct students ``dS_k/dt = −2 Σ_l Γ_kl S_l − γ S_k`` (THEORY §4 with Ω = Ψ);
+* frozen teachers; ``q_kl = Tr(S_k S_l)/N`` on the current matrices and Γ from
+  :class:`symattn.derive.potential.Potential`.
+
+Realisation of the initial laws (THEORY §7): the first frozen, non-identity index is diagonal
+with exact quantile eigenvalues ``λ_i = F^{-1}((i − ½)/N)`` of its law; every other index is
+``O diag(λ) O^T`` with its own quantile eigenvalues and an independent Haar rotation O (QR of a
+Gaussian matrix with sign fix), so the family is asymptotically free. Laws: tied (Wishart
+``W W^T``, W N×κN with entries N(0, σ²/N)) = free Poisson of rate κ and jump σ² (Marchenko–Pastur,
+atom 1 − κ at 0 when κ < 1); direct (``σ·GOE`` with ``Tr Z²/N → 1``) = semicircle of radius 2σ;
+identity teacher = ``scale·I``.
+
+Representations (cost per right-hand side): ``scalar`` c·I, ``diag`` (a frozen diagonal teacher,
+products are row scalings), ``factor`` W (N×r, r = rank, S = W W^T never formed: products are
+``W_l (W_l^T W_k)`` and ``q_kl = ‖W_k^T W_l‖²_F / N``) and ``dense`` S (direct students). All
+N³ work is matrix products (BLAS).
+
+Finite-N error: the same flow at N and N/2 (independent rotations); ``<col>_err = |f(N) − f(N/2)|``
+estimates the O(1/N) error of f(N).
+"""
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from scipy import integrate
+
+from .errors import NumericalFailure
+from .spec import Spec, SpecError, load_spec
+
+__all__ = [
+    "SpectralResult", "solve_spectral", "plot_spectra", "initial_realisation", "Mat",
+    "free_poisson_quantiles", "free_poisson_moments", "free_poisson_density",
+    "semicircle_quantiles", "haar_orthogonal", "add_spectral_arguments", "run_spectral_from_args",
+]
+
+_BLOWUP = 1e12          # |q| beyond this is a divergence
+
+
+# ============================================================================ initial laws
+def free_poisson_density(x, rate: float, jump: float = 1.0):
+    """Density of the continuous part of the free Poisson law (rate κ, jump σ²) — Marchenko–Pastur."""
+    x = np.asarray(x, dtype=float)
+    a, b = jump * (1 - math.sqrt(rate)) ** 2, jump * (1 + math.sqrt(rate)) ** 2
+    inside = (x > a) & (x < b)
+    out = np.zeros_like(x)
+    xi = x[inside]
+    out[inside] = np.sqrt((b - xi) * (xi - a)) / (2 * math.pi * jump * xi)
+    return out
+
+
+def free_poisson_moments(n: int, rate: float, jump: float = 1.0) -> float:
+    """φ(S^n) = σ^{2n} Σ_k Narayana(n, k) κ^k (exact moments of the free Poisson law)."""
+    if n == 0:
+        return 1.0
+    tot = sum(math.comb(n, k) * math.comb(n, k - 1) // n * rate ** k for k in range(1, n + 1))
+    return jump ** n * tot
+
+
+_GL_X, _GL_W = np.polynomial.legendre.leggauss(8)
+
+
+def _theta_quantiles(g, v, grid: int = 1 << 15):
+    """θ_i in [0, π] with ∫_0^θ_i g = v_i, g a smooth vectorised density in the angle variable.
+
+    The angle parametrisation x = m − h cos θ removes the square-root edges of the laws
+    (both integrand and CDF are smooth in θ). Cumulative Simpson on a fine grid, linear
+    inversion, then Newton polishing with an 8-point Gauss–Legendre integral from the nearest
+    grid node (quantiles accurate to ~1e-14)."""
+    th = np.linspace(0.0, math.pi, grid + 1)
+    G = integrate.cumulative_simpson(g(th), x=th, initial=0.0)
+    v = np.asarray(v, dtype=float)
+    t = np.interp(v, G, th)
+    for _ in range(3):
+        j = np.clip(np.searchsorted(th, t, side="right") - 1, 0, grid)
+        lo = th[j]
+        half = 0.5 * (t - lo)
+        nodes = lo[:, None] + half[:, None] * (_GL_X[None, :] + 1.0)
+        F = G[j] + half * (g(nodes) * _GL_W[None, :]).sum(axis=1)
+        gt = g(t)
+        step = np.where(gt > 0, (F - v) / np.where(gt > 0, gt, 1.0), 0.0)
+        t = np.clip(t - step, 0.0, math.pi)
+    return t
+
+
+def _midpoints(N: int) -> np.ndarray:
+    return (np.arange(1, N + 1) - 0.5) / N
+
+
+def free_poisson_quantiles(N: int, rate: float, jump: float = 1.0) -> np.ndarray:
+    """λ_i = F^{-1}((i − ½)/N), i = 1..N, of the free Poisson law (increasing; zeros for the atom)."""
+    a, b = jump * (1 - math.sqrt(rate)) ** 2, jump * (1 + math.sqrt(rate)) ** 2
+    m, h = 0.5 * (a + b), 0.5 * (b - a)
+    atom = max(0.0, 1.0 - rate)
+    edge0 = a <= 1e-14 * b
+
+    def g(th):       # ρ(x) dx/dθ with x = m − h cos θ
+        if edge0:    # a = 0 (κ = 1): sin²θ / (1 − cos θ) = 1 + cos θ
+            return h * (1.0 + np.cos(th)) / (2 * math.pi * jump)
+        return h * h * np.sin(th) ** 2 / (2 * math.pi * jump * (m - h * np.cos(th)))
+
+    u = _midpoints(N)
+    lam = np.zeros(N)
+    cont = u > atom
+    lam[cont] = m - h * np.cos(_theta_quantiles(g, u[cont] - atom))
+    return lam
+
+
+def semicircle_quantiles(N: int, radius: float) -> np.ndarray:
+    """Quantiles of the semicircle law on [−radius, radius] (σ·GOE: radius 2σ)."""
+    if radius == 0:
+        return np.zeros(N)
+    th = _theta_quantiles(lambda t: 2.0 * np.sin(t) ** 2 / math.pi, _midpoints(N))
+    return -radius * np.cos(th)
+
+
+def haar_orthogonal(N: int, rng) -> np.ndarray:
+    """Haar-distributed O(N): QR of a Gaussian matrix with the signs of diag(R) fixed."""
+    Q, R = np.linalg.qr(rng.standard_normal((N, N)))
+    return Q * np.sign(np.diag(R))[None, :]
+
+
+# ============================================================================ representations
+@dataclass
+class Mat:
+    """One S_k of size N: kind in {scalar, diag, factor, dense}; value c, vector, W (S = WW^T) or S."""
+
+    kind: str
+    value: object
+
+    def dense(self, N: int) -> np.ndarray:
+        if self.kind == "scalar":
+            return self.value * np.eye(N)
+        if self.kind == "diag":
+            return np.diag(self.value)
+        if self.kind == "factor":
+            return self.value @ self.value.T
+        return self.value
+
+    def trace(self, N: int) -> float:
+        if self.kind == "scalar":
+            return float(self.value)
+        if self.kind == "diag":
+            return float(self.value.sum()) / N
+        if self.kind == "factor":
+            return float(np.einsum("ij,ij->", self.value, self.value)) / N
+        return float(np.trace(self.value)) / N
+
+    def apply(self, X: np.ndarray, gram=None) -> np.ndarray:
+        """S @ X (for a factor, ``gram`` = W^T X when already known)."""
+        if self.kind == "scalar":
+            return self.value * X
+        if self.kind == "diag":
+            return self.value[:, None] * X
+        if self.kind == "factor":
+            return self.value @ (self.value.T @ X if gram is None else gram)
+        return self.value @ X
+
+    def eigenvalues(self, N: int) -> np.ndarray:
+        if self.kind == "scalar":
+            return np.full(N, float(self.value))
+        if self.kind == "diag":
+            return np.sort(self.value)
+        if self.kind == "factor":
+            W = self.value
+            ev = np.linalg.eigvalsh(W.T @ W) if W.shape[1] <= N else np.linalg.eigvalsh(W @ W.T)
+            ev = np.clip(ev, 0.0, None)
+            return np.sort(np.concatenate([np.zeros(N - len(ev)), ev]))
+        return np.linalg.eigvalsh(0.5 * (self.value + self.value.T))
+
+
+def _pair_trace(A: Mat, B: Mat, N: int, grams: dict, key) -> float:
+    """Tr(S_A S_B)/N; factor×factor stores the Gram W_A^T W_B in ``grams[key]``."""
+    ka, kb = A.kind, B.kind
+    if ka == "scalar":
+        return float(A.value) * B.trace(N)
+    if kb == "scalar":
+        return float(B.value) * A.trace(N)
+    if ka == "dense" and kb != "dense":
+        A, B, ka, kb = B, A, kb, ka
+    if ka == "diag":
+        if kb == "diag":
+            return float(A.value @ B.value) / N
+        if kb == "factor":
+            return float(A.value @ np.einsum("ij,ij->i", B.value, B.value)) / N
+        return float(A.value @ np.diag(B.value)) / N
+    if ka == "factor":
+        if kb == "factor":
+            C = A.value.T @ B.value
+            grams[key] = C
+            return float(np.einsum("ij,ij->", C, C)) / N
+        return float(np.einsum("ij,ij->", B.value @ A.value, A.value)) / N
+    return float(np.einsum("ij,ij->", A.value, B.value)) / N
+
+
+def _realise(ix, N: int, rng, diagonal: bool) -> Mat:
+    par = ix.parameterization
+    if par == "identity":
+        return Mat("scalar", float(ix.scale))
+    if par == "tied":
+        lam = free_poisson_quantiles(N, ix.width, ix.sigma ** 2)
+        if diagonal:
+            return Mat("diag", lam)
+        O = haar_orthogonal(N, rng)
+        nz = lam > 0
+        return Mat("factor", O[:, nz] * np.sqrt(lam[nz])[None, :])
+    if par == "direct":
+        lam = semicircle_quantiles(N, 2.0 * ix.sigma)
+        if diagonal:
+            return Mat("diag", lam)
+        O = haar_orthogonal(N, rng)
+        S = (O * lam[None, :]) @ O.T
+        return Mat("dense", 0.5 * (S + S.T))
+    raise SpecError(f"{ix.name}: parameterization = {par!r}: spectral method supports direct and tied students")
+
+
+def initial_realisation(spec, size: int, seed: int = 0) -> list:
+    """The size-N realisation of the initial laws used by :func:`solve_spectral` (list of Mat).
+
+    The first frozen non-identity index is diagonal, every other one Haar-rotated; the rotations
+    come from ``numpy.random.default_rng(SeedSequence([seed, size]))`` in spec order."""
+    spec = load_spec(spec)
+    _check_supported(spec)
+    rng = np.random.default_rng(np.random.SeedSequence([int(seed), int(size)]))
+    diag_k = next((k for k in spec.teachers if spec.indices[k].parameterization != "identity"), None)
+    return [_realise(ix, size, rng, k == diag_k) for k, ix in enumerate(spec.indices)]
+
+
+def _check_supported(spec: Spec):
+    for ix in spec.indices:
+        if ix.parameterization == "untied":
+            raise SpecError(f"{spec.source}: indices.{ix.name}.parameterization: untied — "
+                            "spectral method supports direct and tied students (and tied, direct or identity teachers)")
+
+
+# ============================================================================ the flow
+class _Flow:
+    def __init__(self, spec: Spec, mats: list, N: int, potential):
+        self.spec, self.N, self.P = spec, N, potential
+        self.mats = mats
+        self.K = spec.K
+        self.gamma_wd = spec.weight_decay
+        self.train = [k for k in spec.students]
+        self.shapes, self.offsets = [], [0]
+        for k in self.train:
+            sh = mats[k].value.shape
+            self.shapes.append(sh)
+            self.offsets.append(self.offsets[-1] + int(np.prod(sh)))
+        self.names = spec.names
+        self.pairs = [(a, b) for a in range(self.K) for b in range(a, self.K)]
+        missing = [n for n in potential.names if not n.startswith("q_")]
+        if missing:
+            raise SpecError(f"{spec.source}: order parameter {missing[0]} is not available to the spectral method")
+        self.nevals = 0
+
+    # ---------------------------------------------------------------- packing
+    def pack(self) -> np.ndarray:
+        return np.concatenate([np.asarray(self.mats[k].value, dtype=float).ravel() for k in self.train])
+
+    def unpack(self, y) -> list:
+        mats = list(self.mats)
+        for i, k in enumerate(self.train):
+            v = y[self.offsets[i]:self.offsets[i + 1]].reshape(self.shapes[i])
+            if mats[k].kind == "dense":
+                v = 0.5 * (v + v.T)           # symmetric matrix ODE: symmetrise
+            mats[k] = Mat(mats[k].kind, v)
+        return mats
+
+    # ---------------------------------------------------------------- observables
+    def order_parameters(self, mats, t):
+        grams = {}
+        q = np.zeros((self.K, self.K))
+        for a, b in self.pairs:
+            q[a, b] = q[b, a] = _pair_trace(mats[a], mats[b], self.N, grams, (a, b))
+        if not np.all(np.isfinite(q)) or np.abs(q).max() > _BLOWUP:
+            raise NumericalFailure(f"spectral flow diverged (order parameters {np.abs(q).max():.3g}) at time {t:.6g}", t)
+        return q, grams
+
+    def values(self, q) -> dict:
+        out = {}
+        for a, b in self.pairs:
+            out[f"q_{self.names[a]}_{self.names[b]}"] = q[a, b]
+        return out
+
+    def Gamma(self, q, t) -> np.ndarray:
+        vals = self.values(q)
+        G = np.asarray(self.P.gradients({n: vals[n] for n in self.P.names}).gamma, dtype=float)
+        if not np.all(np.isfinite(G)):
+            raise NumericalFailure(f"spectral flow: non-finite gradient Γ at time {t:.6g}", t)
+        return G
+
+    # ---------------------------------------------------------------- right-hand side
+    def rhs(self, t, y):
+        self.nevals += 1
+        mats = self.unpack(y)
+        q, grams = self.order_parameters(mats, t)
+        G = self.Gamma(q, t)
+        out = []
+        N, wd = self.N, self.gamma_wd
+        for k in self.train:
+            Mk = mats[k]
+            if Mk.kind == "factor":
+                W = Mk.value
+                acc = np.zeros_like(W)
+                for l in range(self.K):
+                    if G[k, l] == 0.0:
+                        continue
+                    Ml = mats[l]
+                    gram = None
+                    if Ml.kind == "factor":
+                        gram = grams[(l, k)] if (l, k) in grams else grams[(k, l)].T
+                    acc += G[k, l] * Ml.apply(W, gram)
+                out.append((-4.0 * acc - wd * W).ravel())
+            else:                      # direct: dS = −2 Σ Γ S_l − γ S
+                acc = -wd * Mk.value
+                for l in range(self.K):
+                    if G[k, l] == 0.0:
+                        continue
+                    Ml = mats[l]
+                    if Ml.kind in ("scalar", "diag"):
+                        acc[np.diag_indices(N)] += -2.0 * G[k, l] * Ml.value
+                    else:
+                        acc = acc - 2.0 * G[k, l] * Ml.dense(N)
+                out.append(acc.ravel())
+        return np.concatenate(out)
+
+    def observe(self, y, t):
+        mats = self.unpack(y)
+        q, _ = self.order_parameters(mats, t)
+        tr = np.array([m.trace(self.N) for m in mats])
+        vals = self.values(q)
+        row = {"time": t}
+        for a, n in enumerate(self.names):
+            row[f"tr_{n}"] = tr[a]
+        for a, b in self.pairs:
+            na, nb = self.names[a], self.names[b]
+            row[f"q_{na}_{nb}"] = q[a, b]
+        for a, b in self.pairs:
+            na, nb = self.names[a], self.names[b]
+            row[f"p_{na}_{nb}"] = q[a, b] - tr[a] * tr[b]
+        row["loss"] = float(self.P.value({n: vals[n] for n in self.P.names}))
+        spectra = {self.names[k]: mats[k].eigenvalues(self.N) for k in self.train}
+        return row, spectra
+
+
+def _integrate(spec, P, N, seed, times, method, rtol, atol, spectra=True):
+    mats = initial_realisation(spec, N, seed)
+    flow = _Flow(spec, mats, N, P)
+    y0 = flow.pack()
+    if P.quad_terms:
+        P.calibrate(flow.values(flow.order_parameters(mats, 0.0)[0]))
+    if atol is None:
+        atol = rtol * 1e-2 * max(float(np.sqrt(np.mean(y0 ** 2))), 1e-300) if y0.size else rtol
+    rows, spec_rows = [], {spec.names[k]: [] for k in spec.students}
+
+    def record(y, t):
+        row, sp_ = flow.observe(y, t)
+        rows.append(row)
+        if spectra:
+            for n, ev in sp_.items():
+                spec_rows[n].append(ev)
+
+    record(y0, float(times[0]))
+    T = float(times[-1])
+    if T > times[0]:
+        solver_cls = {"RK45": integrate.RK45, "DOP853": integrate.DOP853, "RK23": integrate.RK23}[method]
+        solver = solver_cls(flow.rhs, float(times[0]), y0, T, rtol=rtol, atol=atol)
+        nxt = 1
+        while nxt < len(times):
+            msg = solver.step()
+            if msg is not None or solver.status == "failed":
+                raise NumericalFailure(f"spectral flow: integrator failed at time {solver.t:.6g} ({msg})", solver.t)
+            if not np.all(np.isfinite(solver.y)):
+                raise NumericalFailure(f"spectral flow: NaN/inf at time {solver.t:.6g}", solver.t)
+            if nxt < len(times) and times[nxt] <= solver.t:
+                dense = solver.dense_output()
+                while nxt < len(times) and times[nxt] <= solver.t:
+                    y = solver.y if times[nxt] == solver.t else dense(times[nxt])
+                    record(y, float(times[nxt]))
+                    nxt += 1
+            if solver.status == "finished" and nxt < len(times):
+                record(solver.y, float(times[nxt]))   # pragma: no cover (float round-off at T)
+                nxt += 1
+    table = {c: np.array([r[c] for r in rows]) for c in rows[0]}
+    return table, {n: np.array(v) for n, v in spec_rows.items()}, flow.nevals
+
+
+# ============================================================================ result
+@dataclass
+class SpectralResult:
+    """Columns of the theory CSV (INTERFACE.md) plus ``<col>_err``; spectra of the students."""
+
+    table: dict
+    spectra: dict
+    size: int
+    seed: int
+    spec_name: str = ""
+    info: dict = field(default_factory=dict)
+
+    @property
+    def time(self) -> np.ndarray:
+        return self.table["time"]
+
+    def columns(self) -> list:
+        return list(self.table)
+
+    def to_csv(self, path):
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        cols = self.columns()
+        with open(path, "w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(cols)
+            for i in range(len(self.table["time"])):
+                w.writerow([repr(float(self.table[c][i])) for c in cols])
+        return path
+
+    def spectra_to_csv(self, path, quantiles=None, full: bool = False):
+        """Rows (time, index); columns ``q_0.01 … q_0.99`` (empirical quantiles of the N eigenvalues),
+        or with ``full=True`` all sorted eigenvalues ``e_0 … e_{N−1}``."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if quantiles is None:
+            quantiles = np.round(np.arange(1, 100) / 100, 2)
+        quantiles = np.asarray(quantiles, dtype=float)
+        with open(path, "w", newline="") as fh:
+            w = csv.writer(fh)
+            n0 = next(iter(self.spectra.values())).shape[1] if self.spectra else 0
+            head = [f"e_{i}" for i in range(n0)] if full else [f"q_{p:g}" for p in quantiles]
+            w.writerow(["time", "index"] + head)
+            for i, t in enumerate(self.time):
+                for name, ev in self.spectra.items():
+                    vals = ev[i] if full else np.quantile(ev[i], quantiles)
+                    w.writerow([repr(float(t)), name] + [repr(float(v)) for v in vals])
+        return path
+
+
+def solve_spectral(spec, time: float = 1.0, points: int = 51, size: int = 1000, seed: int = 0,
+                   error_estimate: bool = True, method: str = "DOP853", rtol: float = 1e-8,
+                   atol: float | None = None, potential=None) -> SpectralResult:
+    """Integrate the d → ∞ flow at matrix level on a size-N realisation (module docstring).
+
+    Returns the theory columns (``time`` = package time nα/d, ``tr_a``, ``q_a_b``, ``p_a_b``,
+    ``loss``), with ``error_estimate`` also ``<col>_err`` = |f(N) − f(N/2)|, and ``spectra``:
+    student name → (points × N) sorted eigenvalues. Raises NumericalFailure(message, time) on
+    divergence and SpecError for untied indices."""
+    from .derive.potential import Potential
+
+    spec = load_spec(spec)
+    _check_supported(spec)
+    size = int(size)
+    if size < 4:
+        raise SpecError(f"--size {size}: must be >= 4")
+    if not (time >= 0 and math.isfinite(time)):
+        raise SpecError(f"--time {time}: must be a finite number >= 0")
+    if points < 1:
+        raise SpecError(f"--points {points}: must be >= 1")
+    P = potential if potential is not None else Potential(spec)
+    times = np.linspace(0.0, float(time), int(points)) if points > 1 else np.array([float(time)])
+    if points == 1:
+        times = np.array([0.0, float(time)])
+    table, spectra, nev = _integrate(spec, P, size, seed, times, method, rtol, atol)
+    info = {"rhs_evaluations": nev, "method": method, "rtol": rtol}
+    if points == 1:
+        table = {c: v[-1:] for c, v in table.items()}
+        spectra = {n: v[-1:] for n, v in spectra.items()}
+    if error_estimate:
+        half, _, nev2 = _integrate(spec, P, size // 2, seed, times, method, rtol, atol, spectra=False)
+        if points == 1:
+            half = {c: v[-1:] for c, v in half.items()}
+        for c in list(table):
+            if c != "time":
+                table[f"{c}_err"] = np.abs(table[c] - half[c])
+        info["rhs_evaluations_half"] = nev2
+    return SpectralResult(table=table, spectra=spectra, size=size, seed=seed, spec_name=spec.name, info=info)
+
+
+# ============================================================================ plotting
+def plot_spectra(result: SpectralResult, sim_eigs=None, path="spectra.png", times=None, bins: int = 60,
+                 drop_zero_atom: bool = True):
+    """Histograms of the evolving eigenvalue density of each student at a few times.
+
+    ``sim_eigs`` (optional): eigenvalues of simulated students, ``{student: {time: eigs}}`` or, for
+    a single student, ``{time: eigs}``; they are drawn next to the spectral solution at the result
+    time nearest to each given time. The exact zero atom of a rank-deficient tied student is left
+    out of the histograms (its mass is written in the legend)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(result.spectra)
+    if sim_eigs is not None and names and not isinstance(next(iter(sim_eigs.values())), dict):
+        sim_eigs = {names[0]: sim_eigs}
+    tgrid = result.time
+    fig, axes = plt.subplots(len(names), 1, figsize=(7, 3.2 * max(1, len(names))), squeeze=False)
+    for ax, name in zip(axes[:, 0], names):
+        sims = (sim_eigs or {}).get(name, {})
+        ts = list(sims) if sims else (times if times is not None else np.linspace(tgrid[0], tgrid[-1], 4))
+        colors = plt.cm.viridis(np.linspace(0, 0.9, len(ts)))
+        for t, col in zip(ts, colors):
+            i = int(np.argmin(np.abs(tgrid - float(t))))
+            ev = result.spectra[name][i]
+            scale = max(np.abs(ev).max(), 1e-300)
+            keep = np.abs(ev) > 1e-10 * scale if drop_zero_atom else np.ones_like(ev, bool)
+            atom = 1 - keep.mean()
+            w = np.full(keep.sum(), 1.0 / len(ev))
+            lab = f"spectral t={tgrid[i]:.3g}" + (f" (atom {atom:.2f} at 0)" if atom > 0 else "")
+            ax.hist(ev[keep], bins=bins, weights=w * bins / max(np.ptp(ev[keep]), 1e-12) if keep.any() else None,
+                    histtype="step", color=col, lw=1.5, label=lab)
+            if sims:
+                se = np.asarray(sims[t], dtype=float)
+                ks = np.abs(se) > 1e-10 * max(np.abs(se).max(), 1e-300) if drop_zero_atom else np.ones_like(se, bool)
+                ws = np.full(ks.sum(), 1.0 / len(se))
+                ax.hist(se[ks], bins=bins, weights=ws * bins / max(np.ptp(se[ks]), 1e-12) if ks.any() else None,
+                        histtype="stepfilled", alpha=0.25, color=col, label=f"simulation t={float(t):.3g}")
+        ax.set_title(f"{result.spec_name}: eigenvalue density of {name} (N = {result.size})")
+        ax.set_xlabel("eigenvalue")
+        ax.set_ylabel("density")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+# ============================================================================ command-line helpers
+def add_spectral_arguments(parser):
+    """Options of ``symattn theory SPEC --method spectral``: --method (if absent), --size, --spectra,
+    --spectra-full, --no-error-estimate, --spectra-plot. Existing options (--time, --points, --seed,
+    --out) are reused when present and added otherwise."""
+    have = set(parser._option_string_actions)
+    if "--method" not in have:
+        parser.add_argument("--method", choices=["moments", "spectral"], default="moments",
+                            help="moments: truncated hierarchy; spectral: matrix-level flow at size N")
+    if "--time" not in have:
+        parser.add_argument("--time", type=float, default=1.0)
+    if "--points" not in have:
+        parser.add_argument("--points", type=int, default=51)
+    if "--seed" not in have:
+        parser.add_argument("--seed", type=int, default=0)
+    if "--out" not in have:
+        parser.add_argument("--out", default=None)
+    parser.add_argument("--size", type=int, default=1000, help="spectral: matrix size N (default 1000)")
+    parser.add_argument("--spectra", default=None, metavar="FILE",
+                        help="spectral: write eigenvalue quantiles per time to FILE (CSV)")
+    parser.add_argument("--spectra-full", action="store_true", help="spectral: all N eigenvalues in --spectra")
+    parser.add_argument("--spectra-plot", default=None, metavar="PNG", help="spectral: eigenvalue-density plot")
+    parser.add_argument("--no-error-estimate", action="store_true",
+                        help="spectral: skip the N/2 run that fills the <col>_err columns")
+    return parser
+
+
+def run_spectral_from_args(spec, args) -> SpectralResult:
+    """Run ``solve_spectral`` from parsed arguments; write --out (default ``<name>_spectral.csv``),
+    --spectra and --spectra-plot. Returns the result."""
+    spec = load_spec(spec)
+    g = lambda n, d: getattr(args, n, d) if getattr(args, n, None) is not None else d  # noqa: E731
+    res = solve_spectral(spec, time=g("time", 1.0), points=g("points", 51), size=g("size", 1000),
+                         seed=g("seed", 0), error_estimate=not getattr(args, "no_error_estimate", False))
+    out = g("out", None) or f"{spec.name}_spectral.csv"
+    res.to_csv(out)
+    if getattr(args, "spectra", None):
+        res.spectra_to_csv(args.spectra, full=getattr(args, "spectra_full", False))
+    if getattr(args, "spectra_plot", None):
+        plot_spectra(res, path=args.spectra_plot)
+    return res
