@@ -59,8 +59,15 @@ def read_csv(path) -> dict:
     return {c: data[:, i] for i, c in enumerate(cols)}
 
 
-def solve(system, y0, time: float, points: int, epsilon: float = 0.0, rtol=1e-9, atol=1e-12):
-    """(t_eval, Y[points', n], diverged_at) integrating system.module().rhs from y0."""
+def solve(system, y0, time: float, points: int, epsilon: float = 0.0, rtol=None, atol=None):
+    """(t_eval, Y[points', n], diverged_at) integrating system.module().rhs from y0.
+
+    Tolerances default to rtol 1e-9 for closed-form coefficients and 1e-7 when Φ needs
+    quadrature (itself accurate to ~1e-8).
+    """
+    quad = bool(system.potential.quad_terms)
+    rtol = rtol or (1e-7 if quad else 1e-9)
+    atol = atol or (1e-9 if quad else 1e-12)
     mod = system.module()
     params = system.params(epsilon)
     t_eval = np.linspace(0.0, time, points)

@@ -142,7 +142,8 @@ def _table(src, key, value, allowed):
         _fail(src, key, f"expected a table, got {type(value).__name__}")
     unknown = sorted(set(value) - allowed)
     if unknown:
-        where = f"{key}.{unknown[0]}" if key else unknown[0]
+        bad = unknown[0] if re.fullmatch(r"[A-Za-z0-9_\-]+", unknown[0]) else repr(unknown[0])   # one line
+        where = f"{key}.{bad}" if key else bad
         _fail(src, where, f"unknown key; allowed: {', '.join(sorted(allowed))}")
     return value
 
@@ -201,6 +202,12 @@ def _covariance(src, value, L):
     key = "model.token_covariance"
     if value == "identity":
         return np.eye(L)
+    def numeric(v):
+        return (isinstance(v, (int, float)) and not isinstance(v, bool)) or (
+            isinstance(v, list) and all(numeric(x) for x in v))
+
+    if not isinstance(value, list) or not numeric(value):
+        _fail(src, key, f"expected \"identity\" or an {L}x{L} matrix of numbers")
     try:
         C = np.array(value, dtype=float)
     except (TypeError, ValueError):
@@ -235,6 +242,8 @@ def _index(src, n, raw, seen):
     width = _number(src, f"{key}.width", raw.get("width", 1.0), low=0.0, strict=True)
     if "width" in raw and par in ("direct", "identity"):
         _fail(src, f"{key}.width", f"not used by a {par} index; allowed for tied and untied")
+    if "init_scale" in raw and par == "identity":
+        _fail(src, f"{key}.init_scale", "not used by an identity index (S = scale·I); give scale")
     init = raw.get("init_scale", 1.0)
     if isinstance(init, list):
         if par != "untied" or len(init) != 2:

@@ -157,7 +157,7 @@ class Mat:
         if self.kind == "diag":
             return float(self.value.sum()) / N
         if self.kind == "factor":
-            return float(np.einsum("ij,ij->", self.value, self.value)) / N
+            return float(np.vdot(self.value, self.value)) / N
         return float(np.trace(self.value)) / N
 
     def apply(self, X: np.ndarray, gram=None) -> np.ndarray:
@@ -167,7 +167,7 @@ class Mat:
         if self.kind == "diag":
             return self.value[:, None] * X
         if self.kind == "factor":
-            return self.value @ (self.value.T @ X if gram is None else gram)
+            return self.value @ (_gram(self.value, X) if gram is None else gram)
         return self.value @ X
 
     def eigenvalues(self, N: int) -> np.ndarray:
@@ -183,6 +183,14 @@ class Mat:
         return np.linalg.eigvalsh(0.5 * (self.value + self.value.T))
 
 
+def _gram(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """A^T B. Small products go through a plain GEMM on a contiguous copy: NumPy sends A.T @ A
+    to a threaded SYRK that is pathologically slow for small sizes on a loaded machine."""
+    if A.size < 200_000:
+        return np.ascontiguousarray(A.T) @ B
+    return A.T @ B
+
+
 def _pair_trace(A: Mat, B: Mat, N: int, grams: dict, key) -> float:
     """Tr(S_A S_B)/N; factor×factor stores the Gram W_A^T W_B in ``grams[key]``."""
     ka, kb = A.kind, B.kind
@@ -190,7 +198,8 @@ def _pair_trace(A: Mat, B: Mat, N: int, grams: dict, key) -> float:
         return float(A.value) * B.trace(N)
     if kb == "scalar":
         return float(B.value) * A.trace(N)
-    if ka == "dense" and kb != "dense":
+    order = {"diag": 0, "factor": 1, "dense": 2}
+    if order[ka] > order[kb]:
         A, B, ka, kb = B, A, kb, ka
     if ka == "diag":
         if kb == "diag":
@@ -200,11 +209,11 @@ def _pair_trace(A: Mat, B: Mat, N: int, grams: dict, key) -> float:
         return float(A.value @ np.diag(B.value)) / N
     if ka == "factor":
         if kb == "factor":
-            C = A.value.T @ B.value
+            C = _gram(A.value, B.value)
             grams[key] = C
-            return float(np.einsum("ij,ij->", C, C)) / N
-        return float(np.einsum("ij,ij->", B.value @ A.value, A.value)) / N
-    return float(np.einsum("ij,ij->", A.value, B.value)) / N
+            return float(np.vdot(C, C)) / N
+        return float(np.vdot(B.value @ A.value, A.value)) / N
+    return float(np.vdot(A.value, B.value)) / N
 
 
 def _realise(ix, N: int, rng, diagonal: bool) -> Mat:
@@ -305,10 +314,16 @@ class _Flow:
 
     # ---------------------------------------------------------------- right-hand side
     def rhs(self, t, y):
+        # A trial stage of a too-large step may overflow: return NaN so that the integrator
+        # rejects the step and shrinks it; divergence is declared on accepted steps only.
         self.nevals += 1
         mats = self.unpack(y)
-        q, grams = self.order_parameters(mats, t)
-        G = self.Gamma(q, t)
+        try:
+            with np.errstate(over="ignore", invalid="ignore"):
+                q, grams = self.order_parameters(mats, t)
+                G = self.Gamma(q, t)
+        except NumericalFailure:
+            return np.full_like(y, np.nan)
         out = []
         N, wd = self.N, self.gamma_wd
         for k in self.train:
@@ -386,15 +401,17 @@ def _integrate(spec, P, N, seed, times, method, rtol, atol, spectra=True):
                 raise NumericalFailure(f"spectral flow: integrator failed at time {solver.t:.6g} ({msg})", solver.t)
             if not np.all(np.isfinite(solver.y)):
                 raise NumericalFailure(f"spectral flow: NaN/inf at time {solver.t:.6g}", solver.t)
+            flow.order_parameters(flow.unpack(solver.y), solver.t)     # raises beyond _BLOWUP
             if nxt < len(times) and times[nxt] <= solver.t:
                 dense = solver.dense_output()
                 while nxt < len(times) and times[nxt] <= solver.t:
                     y = solver.y if times[nxt] == solver.t else dense(times[nxt])
                     record(y, float(times[nxt]))
                     nxt += 1
-            if solver.status == "finished" and nxt < len(times):
-                record(solver.y, float(times[nxt]))   # pragma: no cover (float round-off at T)
-                nxt += 1
+            if solver.status == "finished":          # float round-off at T: the rest is T
+                while nxt < len(times):
+                    record(solver.y, float(times[nxt]))
+                    nxt += 1
     table = {c: np.array([r[c] for r in rows]) for c in rows[0]}
     return table, {n: np.array(v) for n, v in spec_rows.items()}, flow.nevals
 
@@ -479,13 +496,15 @@ def solve_spectral(spec, time: float = 1.0, points: int = 51, size: int = 1000, 
         table = {c: v[-1:] for c, v in table.items()}
         spectra = {n: v[-1:] for n, v in spectra.items()}
     if error_estimate:
-        half, _, nev2 = _integrate(spec, P, size // 2, seed, times, method, rtol, atol, spectra=False)
+        nhalf = max(4, 2 * (size // 4))      # even, so that an atom of mass ½ is resolved alike
+        half, _, nev2 = _integrate(spec, P, nhalf, seed, times, method, rtol, atol, spectra=False)
         if points == 1:
             half = {c: v[-1:] for c, v in half.items()}
         for c in list(table):
             if c != "time":
                 table[f"{c}_err"] = np.abs(table[c] - half[c])
         info["rhs_evaluations_half"] = nev2
+        info["size_half"] = nhalf
     return SpectralResult(table=table, spectra=spectra, size=size, seed=seed, spec_name=spec.name, info=info)
 
 
@@ -511,22 +530,24 @@ def plot_spectra(result: SpectralResult, sim_eigs=None, path="spectra.png", time
         sims = (sim_eigs or {}).get(name, {})
         ts = list(sims) if sims else (times if times is not None else np.linspace(tgrid[0], tgrid[-1], 4))
         colors = plt.cm.viridis(np.linspace(0, 0.9, len(ts)))
-        for t, col in zip(ts, colors):
-            i = int(np.argmin(np.abs(tgrid - float(t))))
-            ev = result.spectra[name][i]
-            scale = max(np.abs(ev).max(), 1e-300)
-            keep = np.abs(ev) > 1e-10 * scale if drop_zero_atom else np.ones_like(ev, bool)
-            atom = 1 - keep.mean()
-            w = np.full(keep.sum(), 1.0 / len(ev))
-            lab = f"spectral t={tgrid[i]:.3g}" + (f" (atom {atom:.2f} at 0)" if atom > 0 else "")
-            ax.hist(ev[keep], bins=bins, weights=w * bins / max(np.ptp(ev[keep]), 1e-12) if keep.any() else None,
-                    histtype="step", color=col, lw=1.5, label=lab)
+        idx = [int(np.argmin(np.abs(tgrid - float(t)))) for t in ts]
+        pool = [result.spectra[name][i] for i in idx] + [np.asarray(sims[t], float) for t in sims]
+        lo = min(float(np.min(v)) for v in pool)
+        hi = max(float(np.max(v)) for v in pool)
+        edges = np.linspace(lo, hi if hi > lo else lo + 1.0, bins + 1)      # common bins
+        width = edges[1] - edges[0]
+
+        def _hist(ev, **kw):
+            ev = np.asarray(ev, dtype=float)
+            keep = np.abs(ev) > 1e-10 * max(np.abs(ev).max(), 1e-300) if drop_zero_atom else np.ones(len(ev), bool)
+            ax.hist(ev[keep], bins=edges, weights=np.full(keep.sum(), 1.0 / (len(ev) * width)), **kw)
+            return 1.0 - keep.mean()
+
+        for t, i, col in zip(ts, idx, colors):
+            atom = _hist(result.spectra[name][i], histtype="step", color=col, lw=1.5)
+            ax.plot([], [], color=col, label=f"spectral t={tgrid[i]:.3g}" + (f" (atom {atom:.2f} at 0)" if atom > 0 else ""))
             if sims:
-                se = np.asarray(sims[t], dtype=float)
-                ks = np.abs(se) > 1e-10 * max(np.abs(se).max(), 1e-300) if drop_zero_atom else np.ones_like(se, bool)
-                ws = np.full(ks.sum(), 1.0 / len(se))
-                ax.hist(se[ks], bins=bins, weights=ws * bins / max(np.ptp(se[ks]), 1e-12) if ks.any() else None,
-                        histtype="stepfilled", alpha=0.25, color=col, label=f"simulation t={float(t):.3g}")
+                _hist(sims[t], histtype="stepfilled", alpha=0.25, color=col, label=f"simulation t={float(t):.3g}")
         ax.set_title(f"{result.spec_name}: eigenvalue density of {name} (N = {result.size})")
         ax.set_xlabel("eigenvalue")
         ax.set_ylabel("density")

@@ -75,28 +75,30 @@ IDENTITY_PTS = [  # S_t = I: q_t_t = 1, q_s_t = Tr S_s/d
 ]
 C2 = [[1.0, 0.3], [0.3, 1.0]]
 
-# name -> (spec dict, points, quadrature tol, finite-d matrices for (b): per index (kind, κ, σ))
+# name -> (spec dict, points of the default suite, points of the slow suite, quadrature tol)
 CASES = {
-    "h2_L1": (make_spec(1, "h2"), TIED_PTS, 1e-8),
-    "h3_L1_noise": (make_spec(1, "h3", label_noise=0.25), TIED_PTS, 1e-8),
-    "linear_L2_C": (make_spec(2, "linear", C=C2), TIED_PTS, 1e-8),
-    "softmax_L2_b1": (make_spec(2, "softmax", beta=1.0), TIED_PTS, 1e-8),
-    "softmax_L2_b2": (make_spec(2, "softmax", beta=2.0), TIED_PTS, 1e-8),
-    "softmax_L2_b1_C": (make_spec(2, "softmax", beta=1.0, C=C2), TIED_PTS[:1], 1e-8),
-    "untied_h2_L1": (make_spec(1, "h2", student="untied", teacher="untied"), UNTIED_PTS, 1e-8),
+    "h2_L1": (make_spec(1, "h2"), TIED_PTS, [], 1e-8),
+    "h3_L1_noise": (make_spec(1, "h3", label_noise=0.25), TIED_PTS, [], 1e-8),
+    "linear_L2_C": (make_spec(2, "linear", C=C2), TIED_PTS, [], 1e-8),
+    "softmax_L2_b1": (make_spec(2, "softmax", beta=1.0), TIED_PTS, [], 1e-8),
+    "softmax_L2_b2": (make_spec(2, "softmax", beta=2.0), TIED_PTS[:1], TIED_PTS[1:], 1e-8),
+    "softmax_L2_b1_C": (make_spec(2, "softmax", beta=1.0, C=C2), [], TIED_PTS, 1e-8),
+    "untied_h2_L1": (make_spec(1, "h2", student="untied", teacher="untied"), UNTIED_PTS, [], 1e-8),
     "untied_softmax_L2": (make_spec(2, "softmax", student="untied", teacher="tied"),
-                          [{"m_s": 0.4, "q_s_s": 1.0, "q_s_t": 0.3, "q_t_t": 0.75}], 1e-7),
-    "identity_relu_L1": (make_spec(1, "relu", teacher="identity"), IDENTITY_PTS, 1e-5),
+                          [{"m_s": 0.4, "q1_s_s": 1.0, "q2_s_s": 0.3, "q_s_t": 0.3, "q_t_t": 0.75}],
+                          [{"m_s": -0.7, "q1_s_s": 0.8, "q2_s_s": -0.2, "q_s_t": -0.4, "q_t_t": 1.0},
+                           {"m_s": 0.1, "q1_s_s": 2.0, "q2_s_s": 1.0, "q_s_t": 0.9, "q_t_t": 0.75}], 1e-7),
+    "identity_relu_L1": (make_spec(1, "relu", teacher="identity"), IDENTITY_PTS, [], 1e-4),
     "identity_h2_L1": (make_spec(1, "h2", teacher="identity", scale=0.8),
-                       [{"q_s_s": 2.0, "q_s_t": 0.8, "q_t_t": 0.64}], 1e-8),
+                       [{"q_s_s": 2.0, "q_s_t": 0.8, "q_t_t": 0.64}], [], 1e-8),
     # L = 3: one point with a loose tolerance in the default suite; more under ``slow``
-    "softmax_L3_b1": (make_spec(3, "softmax", beta=1.0), TIED_PTS[:1], 1e-3),
+    # (at tol 1e-3 the rule stops at 25 nodes per dimension, 25⁴ nodes per term; the error
+    # estimate it reports, 4e-4, is the change from 17 to 25 nodes: 25 → 35 changes Φ, ∇Φ by 4e-7)
+    "softmax_L3_b1": (make_spec(3, "softmax", beta=1.0), TIED_PTS[:1], [], 1e-3),
+    "softmax_L3_b1_tight": (make_spec(3, "softmax", beta=1.0), [], TIED_PTS, 1e-4),
+    "softmax_L3_b2": (make_spec(3, "softmax", beta=2.0), [], TIED_PTS, 1e-4),
 }
-SLOW_CASES = {
-    "softmax_L3_b1_slow": (make_spec(3, "softmax", beta=1.0), TIED_PTS[1:], 1e-4),
-    "softmax_L3_b2_slow": (make_spec(3, "softmax", beta=2.0), TIED_PTS, 1e-4),
-}
-ALL_CASES = {**CASES, **SLOW_CASES}
+ALL_CASES = {c: (v[0], v[1] + v[2], v[3]) for c, v in CASES.items()}
 
 
 @lru_cache(maxsize=None)
@@ -160,7 +162,7 @@ def mc_functions(case):
     pos = {s: i for i, s in enumerate(gsyms)}
     xpos = {s: i for i, s in enumerate(lo.xi_symbols)}
     groups = {}
-    for term in sp.Add.make_args(sp.expand(lo.expr) if lo.expr.is_polynomial() else lo.expr):
+    for term in sp.Add.make_args(lo.expr):
         key = frozenset(term.free_symbols)
         groups[key] = groups.get(key, 0) + term
     mods = [{"Heaviside": lambda x, h0=0.5: np.heaviside(x, h0)}, "numpy"]
@@ -178,6 +180,11 @@ def mc_functions(case):
     return out, len(lo.xi_symbols), spec.label_noise
 
 
+def mm(A, B):
+    """A @ B for a tall-skinny A without BLAS threading (several times faster for these shapes)."""
+    return np.einsum("bn,nm->bm", A, B)
+
+
 def mc_gaussian(case, theta: dict, n_samples=1_000_000, chunk=200_000, seed=0):
     """(Φ, SE), (∂Φ/∂θ, SE) in ``names`` order by Monte Carlo over the Gaussian G of THEORY §2."""
     spec = ALL_CASES[case][0]
@@ -190,15 +197,23 @@ def mc_gaussian(case, theta: dict, n_samples=1_000_000, chunk=200_000, seed=0):
     pinv = (Q * np.where(lam > 1e-10 * lam.max(), 1.0 / np.where(lam > 0, lam, 1.0), 0.0)) @ Q.T
     dmu, dcov = theta_derivatives(spec, names, theta)
     funcs, n_xi, delta = mc_functions(case)
+    name_key = tuple(names)
+    for f in funcs:    # Price weights: ½ ∂Σ_aa/∂θ_p for a = b, ½(∂Σ_ab + ∂Σ_ba)/∂θ_p for a < b
+        f.setdefault("hw", {})
+        if not f["stein"] and name_key not in f["hw"]:
+            g = f["g"]
+            f["hw"][name_key] = np.array([0.5 * dcov[:, g[a], g[c]] if a == c
+                                          else 0.5 * (dcov[:, g[a], g[c]] + dcov[:, g[c], g[a]])
+                                          for a, c in f["pairs"]]).reshape(len(f["pairs"]), len(names))
     rng = np.random.default_rng(seed)
     s1, s2 = 0.0, 0.0
     h1, h2 = np.zeros(len(names)), np.zeros(len(names))
     done = 0
     while done < n_samples:
         b = min(chunk, n_samples - done)
-        G = mean + rng.standard_normal((b, len(mean))) @ R.T
+        G = mean + mm(rng.standard_normal((b, len(mean))), R.T)
         xi = rng.standard_normal((b, n_xi)) * math.sqrt(delta) if n_xi else np.zeros((b, 0))
-        white = (G - mean) @ pinv
+        white = mm(G - mean, pinv) if any(f["stein"] for f in funcs) else None
         loss = np.zeros(b)
         h = np.zeros((b, len(names)))
         for f in funcs:
@@ -207,15 +222,12 @@ def mc_gaussian(case, theta: dict, n_samples=1_000_000, chunk=200_000, seed=0):
             ng = len(f["g"])
             loss += vals[0]
             grads = np.stack(vals[1:1 + ng], axis=1) if ng else np.zeros((b, 0))
-            h += grads @ dmu[:, f["g"]].T
+            h += mm(grads, dmu[:, f["g"]].T)
             if f["stein"]:      # E ∂a∂b𝓛 = E[∂a𝓛 · (Σ⁺(G−μ))_b], symmetrised
                 for a, ga in enumerate(f["g"]):
-                    h += 0.5 * grads[:, [a]] * (white @ dcov[:, ga, :].T)
+                    h += 0.5 * grads[:, [a]] * mm(white, dcov[:, ga, :].T)
             else:
-                for (a, c), v in zip(f["pairs"], vals[1 + ng:]):
-                    ga, gc = f["g"][a], f["g"][c]
-                    w = 0.5 * dcov[:, ga, gc] if a == c else 0.5 * (dcov[:, ga, gc] + dcov[:, gc, ga])
-                    h += np.asarray(v)[:, None] * w[None, :]
+                h += mm(np.stack(vals[1 + ng:], axis=1), f["hw"][name_key])
         s1 += loss.sum()
         s2 += (loss**2).sum()
         h1 += h.sum(0)
@@ -240,10 +252,18 @@ def gamma_from_partials(names, grad, K_names=("s", "t")):
     return out
 
 
+_ENGINE: dict = {}
+
+
 def engine(case, theta):
+    """(P, Φ, ∂Φ/∂θ) at θ, calibrated there (cached: the calibration is the costly part)."""
     P = potential_of(case)
-    P.calibrate(theta)
-    val, grad = P.value_and_gradient(theta)
+    key = (case, tuple(sorted(theta.items())))
+    if key not in _ENGINE:
+        P.calibrate(theta)
+        val, grad = P.value_and_gradient(theta)
+        _ENGINE[key] = (P.order, P.error, val, grad)
+    P.order, P.error, val, grad = _ENGINE[key]
     return P, val, grad
 
 
@@ -253,15 +273,15 @@ def _check_case_gaussian_mc(case, theta, n_samples=1_000_000):
     (phi, se), (g, se_g) = mc_gaussian(case, theta, n_samples=n_samples)
     qerr = P.error
     dev = abs(val - phi) / (se + 1e-300)
-    assert abs(val - phi) <= N_SIGMA * se + qerr, f"{case} {theta}: Φ={val} MC={phi}±{se} ({dev:.1f} SE)"
+    assert abs(val - phi) <= N_SIGMA * se + qerr + 1e-10 * abs(phi), f"{case} {theta}: Φ={val} MC={phi}±{se} ({dev:.1f} SE)"
     devs = np.abs(grad - g) / (se_g + 1e-300)
-    ok = np.abs(grad - g) <= N_SIGMA * se_g + qerr + 1e-12
+    ok = np.abs(grad - g) <= N_SIGMA * se_g + qerr + 1e-10 * np.abs(g)
     assert ok.all(), f"{case} {theta}: ∂Φ={grad} MC={g}±{se_g} ({devs} SE)"
     if all(n.startswith("q_") for n in P.names):        # symmetric indices: Γ convention
         G_eng = P.gamma(theta)
         G_mc = gamma_from_partials(P.names, g)
         G_se = gamma_from_partials(P.names, se_g)
-        assert np.all(np.abs(G_eng - G_mc) <= N_SIGMA * G_se + qerr + 1e-12), (G_eng, G_mc, G_se)
+        assert np.all(np.abs(G_eng - G_mc) <= N_SIGMA * G_se + qerr + 1e-10 * np.abs(G_mc)), (G_eng, G_mc, G_se)
         assert np.allclose(G_eng, G_eng.T)
     else:                                              # untied: the full-matrix split
         gr = P.gradients(theta)
@@ -309,8 +329,11 @@ def test_h2_closed_form_by_hand():
 
 
 # ----------------------------------------------------------------------------- 2(a) Gaussian MC
-DEFAULT_POINTS = [(c, i) for c, (_, pts, _) in CASES.items() for i in range(len(pts))]
-SLOW_POINTS = [(c, i) for c, (_, pts, _) in SLOW_CASES.items() for i in range(len(pts))]
+DEFAULT_POINTS = [(c, i) for c, v in CASES.items() for i in range(len(v[1]))]
+SLOW_POINTS = [(c, len(v[1]) + i) for c, v in CASES.items() for i in range(len(v[2]))]
+# finite differences of the 4-d L = 3 quadrature cost 2 Φ evaluations per parameter: slow suite
+FD_DEFAULT = [(c, i) for c, i in DEFAULT_POINTS if not c.startswith("softmax_L3")]
+FD_SLOW = SLOW_POINTS + [(c, i) for c, i in DEFAULT_POINTS if c.startswith("softmax_L3")]
 
 
 @pytest.mark.parametrize("case,i", DEFAULT_POINTS, ids=[f"{c}-{i}" for c, i in DEFAULT_POINTS])
@@ -325,16 +348,20 @@ def test_gaussian_mc_slow(case, i):
 
 
 # ----------------------------------------------------------------------------- 2(c) finite differences
-def _check_fd(case, theta, h=1e-4):
+def _check_fd(case, theta):
     P, val, grad = engine(case, theta)
     names = P.names
+    # relu: the trapezoidal sum is only piecewise smooth in θ (the kink crosses nodes), so take
+    # a wide step, whose O(h²) truncation error (~1e-5) the looser tolerance covers
+    kink = "relu" in case
+    h = 1e-2 if kink else 1e-4
     for p, n in enumerate(names):
         up = P.value({**theta, n: theta[n] + h})
         dn = P.value({**theta, n: theta[n] - h})
         fd = (up - dn) / (2 * h)
         # polynomial Φ: exact; quadrature at a fixed rule: Price-gradient vs derivative of the rule
         # differ by the quadrature error of the two; O(h²) FD error ~ 1e-8
-        tol = 1e-7 * max(1.0, abs(grad[p])) + 10 * P.error
+        tol = (1e-4 if kink else 1e-6) * max(1.0, abs(grad[p])) + 10 * P.error
         assert abs(fd - grad[p]) <= tol, f"{case} {n}: FD {fd} vs engine {grad[p]} (tol {tol})"
     if all(n.startswith("q_") for n in names):
         G = P.gamma(theta)
@@ -344,13 +371,13 @@ def _check_fd(case, theta, h=1e-4):
         assert named["q_s_t"] == pytest.approx(G[0, 1], rel=1e-12, abs=1e-15)
 
 
-@pytest.mark.parametrize("case,i", DEFAULT_POINTS, ids=[f"{c}-{i}" for c, i in DEFAULT_POINTS])
+@pytest.mark.parametrize("case,i", FD_DEFAULT, ids=[f"{c}-{i}" for c, i in FD_DEFAULT])
 def test_gradient_finite_differences(case, i):
     _check_fd(case, ALL_CASES[case][1][i])
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case,i", SLOW_POINTS, ids=[f"{c}-{i}" for c, i in SLOW_POINTS])
+@pytest.mark.parametrize("case,i", FD_SLOW, ids=[f"{c}-{i}" for c, i in FD_SLOW])
 def test_gradient_finite_differences_slow(case, i):
     _check_fd(case, ALL_CASES[case][1][i])
 
@@ -413,14 +440,20 @@ def finite_d_G(mats, X, C, d):
     """G (N, L, L, K) from tokens X (N, L, d); centred for tied/identity, raw for untied."""
     out = []
     sq = math.sqrt(d)
+    N, L, _ = X.shape
+    flat = X.reshape(N * L, d)
+
+    def proj(M):
+        return (flat @ M).reshape(N, L, -1)
+
     for m in mats:
         if m[0] == "tied":
-            Y = X @ m[1]
-            G = (Y @ Y.transpose(0, 2, 1) - C * np.sum(m[1] ** 2)) / sq
+            Y = proj(m[1])
+            G = (np.einsum("nia,nja->nij", Y, Y) - C * np.sum(m[1] ** 2)) / sq
         elif m[0] == "untied":
-            G = (X @ m[1]) @ (X @ m[2]).transpose(0, 2, 1) / sq
+            G = np.einsum("nia,nja->nij", proj(m[1]), proj(m[2])) / sq
         else:
-            G = m[1] * (X @ X.transpose(0, 2, 1) - C * d) / sq
+            G = m[1] * (np.einsum("nia,nja->nij", X, X) - C * d) / sq
         out.append(G)
     return np.stack(out, axis=-1)
 
@@ -479,7 +512,7 @@ def finite_d_mc(case, d, n_samples, seed=1, chunk=10_000):
     done = 0
     while done < n_samples:
         b = min(chunk, n_samples - done)
-        X = np.einsum("ij,njd->nid", chol, rng.standard_normal((b, L, d)))
+        X = np.einsum("ij,njd->nid", chol, rng.standard_normal((b, L, d))) if L > 1 else rng.standard_normal((b, 1, d))
         G = finite_d_G(mats, X, C, d).reshape(b, -1)
         xi = rng.standard_normal((b, n_xi)) * math.sqrt(delta) if n_xi else np.zeros((b, 0))
         loss = np.zeros(b)

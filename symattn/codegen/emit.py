@@ -14,7 +14,6 @@ import numpy as np
 import sympy as sp
 from sympy.printing.pycode import pycode
 
-from ..symbolic.quadrature import HALF_WIDTH
 
 
 def fnum(x) -> str:
@@ -106,32 +105,41 @@ def canonical_basis(P):
     return np.round(np.array(rows), 14)
 
 
-def quad_term_code(n, term, order):
-    """Numba integrand and expectation of one quadrature term (symbolic.quadrature.QuadTerm)."""
+def rule_name(order, r, half_width):
+    return f"_RULE_{order}_{r}_{int(round(half_width * 1000))}"
+
+
+def quad_term_code(tag, term, order, gradient=True):
+    """Integrand and expectation of one quadrature term (symbolic.quadrature.QuadTerm)."""
     v = term.variables
-    grads = [sp.diff(term.expr, a) for a in v]
-    exprs = [term.expr] + grads
-    if not term.stein:
-        exprs += [sp.diff(g, b) for g in grads for b in v]
+    exprs = [term.expr]
+    if gradient:
+        grads = [sp.diff(term.expr, a) for a in v]
+        exprs += grads
+        if not term.stein:
+            exprs += [sp.diff(g, b) for g in grads for b in v]
     P = canonical_basis(term.P)
-    nv, r = len(v), P.shape[0]
-    src = [f"# quadrature term {n}: variables {', '.join(s.name for s in v)}; {r} effective dimension(s)"]
-    src.append(_expr_code(exprs, v, f"_integrand_{n}", vectorized=True))
-    src.append(f"_P_{n} = {array_literal(P)}")
-    src.append(f"_MU0_{n} = {array_literal(term.mu0)}")
-    src.append(f"_MUT_{n} = {array_literal(term.mu_theta)}")
-    src.append(f"_COV0_{n} = {array_literal(term.cov0)}")
-    src.append(f"_COVT_{n} = {array_literal(term.cov_theta)}\n")
-    src.append(f"""def _expect_{n}(theta):
-    return _gauss_expect(_integrand_{n}, theta, _P_{n}, _MU0_{n}, _MUT_{n}, _COV0_{n}, _COVT_{n},
-                         _RULE_{r}, {term.stein})
-""")
+    r = P.shape[0]
+    src = [f"# quadrature term {tag}: variables {', '.join(s.name for s in v)}; {r} effective dimension(s)"]
+    src.append(_expr_code(exprs, v, f"_integrand_{tag}", vectorized=True))
+    src.append(f"_P_{tag} = {array_literal(P)}")
+    src.append(f"_MU0_{tag} = {array_literal(term.mu0)}")
+    src.append(f"_MUT_{tag} = {array_literal(term.mu_theta)}")
+    src.append(f"_COV0_{tag} = {array_literal(term.cov0)}")
+    src.append(f"_COVT_{tag} = {array_literal(term.cov_theta)}\n")
+    if gradient:
+        call = f"_gauss_expect(_integrand_{tag}, theta, _P_{tag}, _MU0_{tag}, _MUT_{tag}, _COV0_{tag}, _COVT_{tag},\n" \
+               f"                         {rule_name(order, r, term.half_width)}, {term.stein})"
+    else:
+        call = f"_gauss_value(_integrand_{tag}, theta, _P_{tag}, _MU0_{tag}, _MUT_{tag}, _COV0_{tag}, _COVT_{tag},\n" \
+               f"                        {rule_name(order, r, term.half_width)})"
+    src.append(f"def _expect_{tag}(theta):\n    return {call}\n")
     return "\n".join(src)
 
 
-GAUSS_EXPECT = f'''
-def _gauss_rule(order, r):
-    x1 = np.linspace(-{HALF_WIDTH}, {HALF_WIDTH}, order)
+GAUSS_EXPECT = '''
+def _gauss_rule(order, r, half_width):
+    x1 = np.linspace(-half_width, half_width, order)
     w1 = np.exp(-0.5 * x1 * x1) / np.sqrt(2.0 * np.pi) * (x1[1] - x1[0])
     z = np.stack([g.ravel() for g in np.meshgrid(*([x1] * r), indexing="ij")])
     w = np.prod(np.stack([g.ravel() for g in np.meshgrid(*([w1] * r), indexing="ij")]), axis=0)
@@ -139,7 +147,7 @@ def _gauss_rule(order, r):
 
 
 def _gauss_expect(integrand, theta, P, mu0, mut, cov0, covt, rule, stein):
-    """E f and ∂E f/∂θ (Price's theorem) with a tensor trapezoidal rule on |z| <= {HALF_WIDTH}."""
+    """E f and ∂E f/∂θ (Price's theorem) with a tensor trapezoidal rule (symbolic.quadrature)."""
     z, w = rule
     nv = P.shape[1]
     mu = mu0 + theta @ mut
@@ -159,27 +167,47 @@ def _gauss_expect(integrand, theta, P, mu0, mut, cov0, covt, rule, stein):
     else:
         EH = (vals[1 + nv:] @ w).reshape(nv, nv)
     return Ef, mut @ (g @ w) + 0.5 * np.einsum("pab,ab->p", covt, EH)
+
+
+def _gauss_value(integrand, theta, P, mu0, mut, cov0, covt, rule):
+    """E f alone (no derivatives), same rule."""
+    z, w = rule
+    mu = mu0 + theta @ mut
+    cov = cov0 + np.tensordot(theta, covt, axes=1)
+    lam, Q = np.linalg.eigh(P @ cov @ P.T)
+    y = (P @ mu)[:, None] + (Q * np.sqrt(np.clip(lam, 0.0, None))) @ z
+    return w @ integrand(P.T @ y)[0]
 '''
 
 
-def gradient_code(potential, order):
-    """``phi_and_grad(theta)``: closed form + quadrature terms, ∂Φ/∂θ in Potential.names order."""
-    syms = potential.symbols
-    closed = [potential.closed_form] + potential.closed_gradient()
-    parts = [_expr_code(closed, syms, "_closed_phi_grad", arg_name="t")]
-    jit = [] if potential.quad_terms else ["@njit(cache=True)"]
-    body = jit + ["def phi_and_grad(theta):",
-            "    out = _closed_phi_grad(theta)",
-            "    phi = out[0]", "    grad = out[1:].copy()"]
-    for n, term in enumerate(potential.quad_terms):
-        parts.append(quad_term_code(n, term, order))
-        body += [f"    f, g = _expect_{n}(theta)", "    phi += f", "    grad += g"]
-    body.append("    return phi, grad")
-    if potential.quad_terms:
-        dims = sorted({canonical_basis(t.P).shape[0] for t in potential.quad_terms})
-        rules = "\n".join(f"_RULE_{r} = _gauss_rule({order}, {r})" for r in dims)
-        parts.insert(0, GAUSS_EXPECT + f"# quadrature: {order} nodes per dimension\n" + rules + "\n")
-    return "\n\n".join(parts) + "\n\n" + "\n".join(body) + "\n"
+def expectation_code(E, fname, tag, gradient=True):
+    """``fname(theta)``: E[f] (and ∂/∂θ when ``gradient``) as closed form + quadrature terms.
+
+    Returns (source, rules): rules are the (order, dimension) pairs of the quadrature used.
+    """
+    syms, order = E.symbols, E.order
+    closed = [E.closed_form] + (E.closed_gradient() if gradient else [])
+    parts = [_expr_code(closed, syms, f"_closed_{tag}", arg_name="t")]
+    jit = [] if E.quad_terms else ["@njit(cache=True)"]
+    body = jit + [f"def {fname}(theta):", f"    out = _closed_{tag}(theta)", "    val = out[0]"]
+    body += ["    grad = out[1:].copy()"] if gradient else []
+    for n, term in enumerate(E.quad_terms):
+        parts.append(quad_term_code(f"{tag}{n}", term, order, gradient))
+        if gradient:
+            body += [f"    f, g = _expect_{tag}{n}(theta)", "    val += f", "    grad += g"]
+        else:
+            body += [f"    val += _expect_{tag}{n}(theta)"]
+    body.append("    return val, grad" if gradient else "    return val")
+    if E.quad_terms and not gradient:
+        # slowly varying O(ε) coefficient: re-evaluated when θ moved by more than 1% (relative)
+        body += ["", "", f"_{tag}_last = [None, 0.0]", "", "",
+                 f"def {fname}_cached(theta):",
+                 f"    last = _{tag}_last",
+                 "    if last[0] is None or np.max(np.abs(theta - last[0])) > 1e-2 * (1.0 + np.max(np.abs(last[0]))):",
+                 f"        last[0], last[1] = theta.copy(), {fname}(theta)",
+                 "    return last[1]"]
+    rules = {(order, canonical_basis(t.P).shape[0], t.half_width) for t in E.quad_terms}
+    return "\n\n".join(parts) + "\n\n" + "\n".join(body) + "\n", rules
 
 
 def gamma_lines(potential, var="g", out="gamma"):
@@ -219,15 +247,18 @@ from numba import njit
 '''
 
 
-def module_source(system, kind: str, coefficient_lines: list, extra: str = "") -> str:
-    """Source of the generated module of a MomentSystem-like object."""
+def module_source(system, kind: str, coefficient_lines: list, extra: str = "", expectations=()) -> str:
+    """Source of the generated module of a MomentSystem-like object.
+
+    Always emits ``phi_and_grad`` (Φ and ∂Φ/∂θ); ``expectations`` adds value-only functions
+    (E, function name, tag), e.g. the SGD-noise constants ν.
+    """
     from .. import __version__
 
     P = system.potential
-    order = P.order if P.quad_terms else 0
     spec_text = system.spec_text()
     words = system.word_names()
-    quad = (f"Quadrature: {len(P.quad_terms)} terms, {order} nodes per dimension "
+    quad = (f"Quadrature: {len(P.quad_terms)} terms, {P.order} nodes per dimension "
             f"(calibrated at the initial state, error estimate {P.error:.1e})\n") if P.quad_terms else ""
     head = HEADER.format(
         version=__version__, name=system.spec.name, kind=kind, M=system.truncation, nmom=system.size,
@@ -245,8 +276,17 @@ def module_source(system, kind: str, coefficient_lines: list, extra: str = "") -
     src.append(int_array("C2", T["c2"]))
     src.append(int_array("KEY", T["key"]))
     src.append(float_array("VAL", T["val"]))
-    src.append("\n" + gradient_code(P, order))
-    jit = "" if P.quad_terms else "@njit(cache=True)\n"
+    code, rules = expectation_code(P, "phi_and_grad", "phi", gradient=True)
+    blocks = [code]
+    for E, fname, tag in expectations:
+        c, r = expectation_code(E, fname, tag, gradient=False)
+        blocks.append(c)
+        rules |= r
+    if rules:
+        blocks.insert(0, GAUSS_EXPECT + "\n".join(f"{rule_name(o, r, h)} = _gauss_rule({o}, {r}, {fnum(h)})"
+                                                   for o, r, h in sorted(rules)) + "\n")
+    src.append("\n" + "\n\n".join(blocks))
+    jit = "" if any(E.quad_terms for E in [P] + [e[0] for e in expectations]) else "@njit(cache=True)\n"
     src.append("\n" + jit + "def coefficients(mu, params):\n"
                "    \"\"\"coef[key] of the sparse terms at the current moments; params = [γ, ε].\"\"\"\n"
                "    theta = mu[THETA_WORDS]\n    phi, g = phi_and_grad(theta)\n"

@@ -23,7 +23,8 @@ def write_module(source: str, path: str | Path) -> Path:
 def import_module(path: str | Path):
     """Import a generated module from its file (a fresh module object each call)."""
     path = Path(path).resolve()
-    name = f"symattn_generated_{path.stem}_{abs(hash(str(path)))}"
+    # a stable name: numba's on-disk cache refers to the module by it
+    name = f"symattn_generated_{path.stem}_{hashlib.sha256(str(path).encode()).hexdigest()[:10]}"
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod

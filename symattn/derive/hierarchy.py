@@ -7,7 +7,7 @@ a linear combination of letter strings with coefficients that depend on the orde
     direct (§4):  Ṡ_k = −2 Σ_l Γ_kl S_l − γ S_k
 
 so that, by the product rule under the trace, dμ_w/dt = Σ_i μ(w with letter i replaced by its
-flow). Words longer than the truncation M are set to zero (P eq. 13). The system is stored as a
+flow); the O(ε) SGD-noise terms (``derive.noise``) add products of two moments. Words longer than the truncation M are set to zero (P eq. 13). The system is stored as a
 list of sparse terms ``dμ[row] += val · coef[key] · μ[c1] · μ[c2]`` (μ[0] = 1 is the empty word;
 quadratic terms come from the SGD-noise corrections), with ``coef`` computed from Φ at the
 current order parameters. Code generation and integration read only this structure.
@@ -22,6 +22,7 @@ import numpy as np
 
 from ..spec import Spec, load_spec
 from ..symbolic.words import Alphabet, word_name
+from .noise import noise_terms, nu_expectations, nu_name
 from .potential import Potential
 
 
@@ -37,7 +38,7 @@ class MomentSystem:
     terms: np.ndarray              # structured: row, c1, c2, key, val
     theta_words: list              # word index of every potential parameter (Potential.names order)
     potential: Potential
-    notes: list = field(default_factory=list)
+    nu: dict = field(default_factory=dict)    # (k, l) -> GaussianExpectation of ν_kl (derive.noise)
 
     @property
     def size(self) -> int:
@@ -67,6 +68,8 @@ class MomentSystem:
         coef = np.zeros(len(self.coef_names))
         coef[0], coef[1] = 1.0, params[0]
         coef[2:2 + K * K] = grads.gamma.reshape(-1)
+        for (k, l), E in self.nu.items():
+            coef[self.coef_names.index(nu_name(k, l))] = params[1] * E.value(theta)
         return coef
 
     def coefficient_lines(self) -> list:
@@ -75,10 +78,13 @@ class MomentSystem:
         K = self.spec.K
         lines = ["    coef[1] = params[0]"] + gamma_lines(self.potential)
         lines += [f"    coef[{2 + k * K + l}] = gamma[{k}, {l}]" for k in range(K) for l in range(K)]
+        for k, l in self.nu:
+            fn = nu_name(k, l) + ("_cached" if self.nu[(k, l)].quad_terms else "")
+            lines.append(f"    coef[{self.coef_names.index(nu_name(k, l))}] = params[1] * {fn}(theta)")
         return lines
 
     kind = "direct/tied moment hierarchy"
-    supports_noise = False
+    supports_noise = True
 
     def initial(self, init="free", dim=None, seed=0) -> np.ndarray:
         """μ(0): free-probability limit, moments of simulate's seed matrices, or an explicit vector."""
@@ -109,18 +115,20 @@ class MomentSystem:
         return out
 
     def retruncate(self, M: int):
-        """The same system at another truncation (shares the potential)."""
-        return derive_symmetric(self.spec, M, potential=self.potential)
+        """The same system at another truncation (shares the potential and ν)."""
+        return derive_symmetric(self.spec, M, potential=self.potential, nu=self.nu)
 
     def source(self) -> str:
         """The generated module (codegen.emit); quadrature calibrated at the free initial state."""
         from ..codegen.emit import module_source
         from ..initial import free_moments
 
-        P = self.potential
-        if P.quad_terms and P.order is None:
-            P.calibrate(free_moments(self.spec, self.words)[self.theta_words])
-        return module_source(self, self.kind, self.coefficient_lines())
+        theta0 = free_moments(self.spec, self.words)[self.theta_words]
+        for E in [self.potential, *self.nu.values()]:
+            if E.quad_terms and E.order is None:
+                E.calibrate(theta0)
+        nus = [(E, nu_name(k, l), nu_name(k, l).replace("_", "")) for (k, l), E in self.nu.items()]
+        return module_source(self, self.kind, self.coefficient_lines(), expectations=nus)
 
     def module(self):
         """Import (compiling on first call) the generated module, cached by content."""
@@ -183,11 +191,14 @@ def pack_terms(acc) -> np.ndarray:
     return T
 
 
-def symmetric_coef_names(K) -> list:
-    return ["1", "gamma"] + [f"Gamma_{k}_{l}" for k in range(K) for l in range(K)]
+def symmetric_coef_names(spec) -> list:
+    K, st = spec.K, spec.students
+    nus = [nu_name(k, l) for a, k in enumerate(st) for l in st[a:]]
+    return ["1", "gamma"] + [f"Gamma_{k}_{l}" for k in range(K) for l in range(K)] + nus
 
 
-def derive_symmetric(spec, truncation: int | None = None, potential: Potential | None = None) -> MomentSystem:
+def derive_symmetric(spec, truncation: int | None = None, potential: Potential | None = None,
+                     nu: dict | None = None) -> MomentSystem:
     """The direct/tied hierarchy of a spec whose indices are all symmetric (THEORY §4, §5)."""
     spec = load_spec(spec)
     M = truncation or spec.truncation
@@ -199,13 +210,16 @@ def derive_symmetric(spec, truncation: int | None = None, potential: Potential |
     # direct flows preserve the word length: the direct-only system closes at M = 2 (§4)
     M = 2 if pars == {"direct"} else M
     words = [()] + alphabet.words(M)
-    coef_names = symmetric_coef_names(spec.K)
+    coef_names = symmetric_coef_names(spec)
     cidx = {n: i for i, n in enumerate(coef_names)}
     acc = apply_flows(words, alphabet, letter_flows(spec, cidx), M)
+    for key, val in noise_terms(spec, words, alphabet, cidx, M).items():
+        acc[key] += val
+    nu = nu if nu is not None else nu_expectations(P)
     theta_words = []
     index = {w: i for i, w in enumerate(words)}
     for name in P.names:
         a, b = name.split("_")[1:]
         ka, kb = spec.names.index(a), spec.names.index(b)
         theta_words.append(index[alphabet.canonical(((ka, "S"), (kb, "S")))])
-    return MomentSystem(spec, M, alphabet, words, coef_names, pack_terms(acc), theta_words, P)
+    return MomentSystem(spec, M, alphabet, words, coef_names, pack_terms(acc), theta_words, P, nu)

@@ -20,7 +20,7 @@ import sympy as sp
 from ..spec import Spec, load_spec
 from ..symbolic.gaussian import GaussianG, OrderParameters
 from ..symbolic.loss import build_loss
-from ..symbolic.quadrature import QuadTerm, adaptive_order
+from ..symbolic.quadrature import MAX_NODES, QuadTerm, adaptive_order, half_width_for
 
 
 @dataclass
@@ -37,20 +37,26 @@ class Gradients:
         return self.omega + self.psi
 
 
-class Potential:
-    """Φ of one spec as a function of the order parameters named like the CSV columns."""
+class GaussianExpectation:
+    """E[f(G, ξ)] over the Gaussian law of THEORY §2 as a function of the order parameters θ.
 
-    def __init__(self, spec, tol: float = 1e-8):
+    ``terms`` sum to f; polynomial ones are integrated exactly (Wick), the others are grouped by
+    the entries they depend on and integrated by quadrature (tolerance ``tol``).
+    """
+
+    def __init__(self, spec, terms, tol: float = 1e-8, gauss: GaussianG | None = None, gradient: bool = True,
+                 relative: bool = False, start_order: int = 17, max_nodes: int = MAX_NODES):
         self.spec: Spec = load_spec(spec)
-        self.tol = tol
-        self.loss = build_loss(self.spec)
-        self.op = OrderParameters(self.spec)
-        self.gauss = GaussianG(self.loss, self.op)
+        self.tol, self.gradient, self.relative, self.start_order = tol, gradient, relative, start_order
+        self.max_nodes = max_nodes
+        if gauss is None:
+            gauss = GaussianG(build_loss(self.spec), OrderParameters(self.spec))
+        self.gauss, self.op = gauss, gauss.op
         self.symbols = self.op.symbols
         self.names = self.op.names
         gvars = set(self.gauss.index)
         poly, groups = [], {}
-        for term in self.loss.terms:
+        for term in terms:
             vs = term.free_symbols & gvars
             if term.is_polynomial(*vs):
                 poly.append(term)
@@ -62,8 +68,8 @@ class Potential:
         self.order = None
         self.error = 0.0
 
-    # ------------------------------------------------------------------ construction
     def _quad_term(self, expr, variables):
+        """QuadTerm with μ, Σ of its variables written as affine functions of θ."""
         p, n = len(self.symbols), len(variables)
         mu = [self.gauss.mean(v) for v in variables]
         cov = [[self.gauss.cov(a, b) for b in variables] for a in variables]
@@ -79,7 +85,8 @@ class Potential:
             mu0[a], mut[:, a] = coeffs(mu[a])
             for b in range(n):
                 cov0[a, b], covt[:, a, b] = coeffs(cov[a][b])
-        return QuadTerm(expr, variables, mu0, mut, cov0, covt)
+        return QuadTerm(expr, variables, mu0, mut, cov0, covt, gradient=self.gradient,
+                        half_width=half_width_for(self.tol))
 
     @property
     def is_closed_form(self) -> bool:
@@ -114,7 +121,9 @@ class Potential:
     def calibrate(self, values, tol: float | None = None):
         """Choose the quadrature order at θ so that Φ and ∇Φ change by < tol between orders."""
         if self.quad_terms:
-            self.order, self.error = adaptive_order(self.quad_terms, self.theta(values), tol or self.tol)
+            self.order, self.error = adaptive_order(self.quad_terms, self.theta(values), tol or self.tol,
+                                                    start=self.start_order, relative=self.relative,
+                                                    max_nodes=self.max_nodes)
         return self.order, self.error
 
     def value_and_gradient(self, values):
@@ -135,6 +144,15 @@ class Potential:
 
     def value(self, values) -> float:
         return self.value_and_gradient(values)[0]
+
+
+class Potential(GaussianExpectation):
+    """Φ of one spec as a function of the order parameters named like the CSV columns."""
+
+    def __init__(self, spec, tol: float = 1e-8):
+        spec = load_spec(spec)
+        self.loss = build_loss(spec)
+        super().__init__(spec, self.loss.terms, tol, GaussianG(self.loss, OrderParameters(spec)))
 
     def gradients(self, values) -> Gradients:
         """∂Φ as the matrices g_m, GΩ, GΨ of the full-matrix convention (module docstring)."""

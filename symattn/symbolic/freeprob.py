@@ -103,7 +103,6 @@ class Untied:
     sigma_v: Any = 1
 
 
-_LAW_TYPES = (Wishart, Identity, GOE, Untied)
 _SYMMETRIC_OPS = ("S",)
 _UNTIED_OPS = ("S", "T", "A", "B")
 
@@ -574,24 +573,40 @@ def sample_moments(words, factor_list, max_cache_bytes: float = 2e9) -> np.ndarr
         if d is not None:
             break
 
-    letters: dict = {}  # (k, op) -> (matrix, scalar or None, key of the letter)
+    letters: dict = {}  # (k, op) -> (matrix, scalar or None, key of the letter, symmetric)
+    sym_cache: dict = {}
+
+    def is_sym(k):
+        """Is S_k symmetric (Wishart, or a symmetric 'S' matrix: GOE, identity, symmetric direct)?"""
+        if k not in sym_cache:
+            fl = factor_list[k]
+            sym_cache[k] = "W" in fl or ("S" in fl and np.array_equal(fl["S"], fl["S"].T))
+        return sym_cache[k]
+
+    tr_op = {"S": "T", "T": "S", "A": "A", "B": "B"}
 
     def get(letter):
         res = letters.get(letter)
         if res is None:
             k, op = letter
             fl = factor_list[k]
-            M = letter_matrix(fl, op)
-            c = _scalar_multiple_of_identity(M)
-            sym = "W" in fl or ("S" in fl and op in ("S", "T") and np.array_equal(fl["S"], fl["S"].T))
+            sym = is_sym(k) and op in ("S", "T")
+            if sym and op == "T":
+                res = letters[letter] = get((k, "S"))
+                return res
+            tl = (k, tr_op[op])
+            if op in ("S", "T") and tl in letters:
+                M = letters[tl][0].T
+            else:
+                M = letter_matrix(fl, op)
+            c = _scalar_multiple_of_identity(M) if "S" in fl else None
             key = (k, "S") if sym else (k, op)
             res = letters[letter] = (M, c, key, sym)
         return res
 
-    tr_op = {"S": "T", "T": "S", "A": "A", "B": "B"}
-
     def key_transpose(t):
-        return tuple((k, op if letters[(k, op)][3] else tr_op[op]) for k, op in reversed(t))
+        # symmetric letters are their own transpose
+        return tuple((k, op if is_sym(k) else tr_op[op]) for k, op in reversed(t))
 
     cache: dict = {}
     nbytes = [0]
@@ -599,7 +614,7 @@ def sample_moments(words, factor_list, max_cache_bytes: float = 2e9) -> np.ndarr
     def product(t):
         """d×d product of the letter keys t (non-scalar letters, len ≥ 1)."""
         if len(t) == 1:
-            return letters[t[0]][0]
+            return get(t[0])[0]
         tt = key_transpose(t)
         if tt < t:
             return product(tt).T
@@ -620,12 +635,10 @@ def sample_moments(words, factor_list, max_cache_bytes: float = 2e9) -> np.ndarr
         scale = 1.0
         red = []
         for letter in w:
-            M, c, key, _ = get(tuple(letter))
+            _, c, key, _ = get(tuple(letter))
             if c is not None:
                 scale *= c
             else:
-                if key not in letters:
-                    letters[key] = letters[tuple(letter)] if key == tuple(letter) else get(key)
                 red.append(key)
         reduced.setdefault(tuple(red), []).append((i, scale))
     # process in an order that keeps equal halves adjacent

@@ -29,14 +29,19 @@ MAX_NODES = 2_000_000
 HALF_WIDTH = 8.0      # the rule covers |z| <= 8: the Gaussian tail beyond is below 1e-15
 
 
+def half_width_for(tol: float) -> float:
+    """Half-width of the rule: 8 for tight tolerances, narrower (≥ 4) when the tail may be cruder."""
+    return HALF_WIDTH if tol < 1e-6 else max(4.0, float(np.sqrt(2 * np.log(1 / tol))) + 1.5)
+
+
 @lru_cache(maxsize=None)
-def gauss_rule(n: int, r: int):
+def gauss_rule(n: int, r: int, half_width: float = HALF_WIDTH):
     """Nodes (N×r) and weights (N) of the n^r tensor trapezoidal rule for the standard normal.
 
     For integrands analytic in a strip |Im z| < a the error decays like exp(−2πa/h), h = 2·8/(n−1)
     (plus the tail beyond |z| = 8): far faster than Gauss–Hermite for logistic-like softmax terms.
     """
-    x = np.linspace(-HALF_WIDTH, HALF_WIDTH, n)
+    x = np.linspace(-half_width, half_width, n)
     w = np.exp(-0.5 * x**2) / np.sqrt(2 * np.pi) * (x[1] - x[0])
     grids = np.meshgrid(*([x] * r), indexing="ij")
     wgrids = np.meshgrid(*([w] * r), indexing="ij")
@@ -80,18 +85,23 @@ class QuadTerm:
     cov0: np.ndarray         # (n, n)
     cov_theta: np.ndarray    # (p, n, n)
     P: np.ndarray = field(default=None)
-    stein: bool = False
+    gradient: bool = True    # False: only E f is ever needed (no derivatives are formed)
+    half_width: float = HALF_WIDTH
 
     def __post_init__(self):
         v = self.variables
         if self.P is None:
             self.P = invariant_projection(self.expr, v)
+        mods = [{"Heaviside": lambda x, h0=0.5: np.heaviside(x, h0)}, "numpy"]
+        self.stein = False
+        if not self.gradient:
+            self._fn = sp.lambdify([v], [self.expr], modules=mods, cse=True)
+            return
         grads = [sp.diff(self.expr, a) for a in v]
         hess = [[sp.diff(g, b) for b in v] for g in grads]
         self.stein = any(h.has(sp.DiracDelta) for row in hess for h in row)
         outs = [self.expr] + grads + ([] if self.stein else [h for row in hess for h in row])
-        self._fn = sp.lambdify([v], outs, modules=[{"Heaviside": lambda x, h0=0.5: np.heaviside(x, h0)}, "numpy"],
-                               cse=True)
+        self._fn = sp.lambdify([v], outs, modules=mods, cse=True)
 
     @property
     def dim(self) -> int:
@@ -106,12 +116,14 @@ class QuadTerm:
         lam, Q = np.linalg.eigh(cov_y)
         lam = np.clip(lam, 0.0, None)
         B = Q * np.sqrt(lam)
-        z, w = gauss_rule(order, self.dim)
+        z, w = gauss_rule(order, self.dim, self.half_width)
         Y = mu_y + z @ B.T
         X = Y @ P
         vals = self._fn([X[:, a] for a in range(n)])
         vals = [np.broadcast_to(np.asarray(v, dtype=float), w.shape) for v in vals]
         Ef = w @ vals[0]
+        if not self.gradient:
+            return Ef, np.zeros(len(theta))
         G = np.stack(vals[1:1 + n], axis=1)                     # (N, n)
         Eg = w @ G
         if self.stein:
@@ -126,7 +138,7 @@ class QuadTerm:
         return Ef, grad
 
 
-def adaptive_order(terms, theta, tol, start=17, max_nodes=MAX_NODES):
+def adaptive_order(terms, theta, tol, start=17, max_nodes=MAX_NODES, relative=False):
     """Smallest common rule order (grown by ~1.4×) at which Φ and ∇Φ change by less than tol.
 
     Returns (order, error_estimate); the estimate is the max change between the last two orders.
@@ -147,5 +159,6 @@ def adaptive_order(terms, theta, tol, start=17, max_nodes=MAX_NODES):
         cur = total(nxt)
         err = np.max(np.abs(cur - prev))
         order, prev = nxt, cur
-        if err <= tol * max(1.0, np.max(np.abs(cur))):
+        scale = np.max(np.abs(cur)) if relative else max(1.0, np.max(np.abs(cur)))
+        if err <= tol * scale:
             return order, float(err)

@@ -1,0 +1,622 @@
+"""Untied attention S_k = M_k = U_k V_kᵀ: fast means, slow moments (THEORY.md §6), on package time.
+
+Derivation (one SGD step, batch-mean gradient, step α, weight decay γ; G *not* centred):
+
+    ∂𝓛/∂S_k = Σ_ij e_ijk x_i x_jᵀ/√d,  ∇_U = (∂𝓛/∂S) V,  ∇_V = (∂𝓛/∂S)ᵀ U,
+    E ∂𝓛/∂S_k = ∇_{S_k}Φ = g_k I/√d + (2/d) Σ_l (GΩ_kl S_l + GΨ_kl S_lᵀ)
+
+(g_k = ∂Φ/∂m_k; GΩ, GΨ in the full-matrix convention of ``derive.potential``: Ω_kl and Ω_lk both
+carry GΩ_kl, hence the 2). On the slow time τ = nα/d (= package time):
+
+    U̇_k = −β̃_k V_k − 2 X_k V_k − γ U_k,   V̇_k = −β̃_k U_k − 2 X_kᵀ U_k − γ V_k,
+    X_k = Σ_l (GΩ_kl M_l + GΨ_kl M_lᵀ),   β̃_k = √d g_k  (the O(√d) mean force).
+
+The letter flows follow from Ṁ = U̇Vᵀ + UV̇ᵀ, Ȧ = U̇Uᵀ + UU̇ᵀ, Ḃ = V̇Vᵀ + VV̇ᵀ:
+
+    Ṁ_k  = −β_k (A_k + B_k) − 2 Σ_l [GΩ_kl (M_l B_k + A_k M_l) + GΨ_kl (M_lᵀ B_k + A_k M_lᵀ)] − 2γ M_k
+    Ṁ_kᵀ = −β_k (A_k + B_k) − 2 Σ_l [GΩ_kl (B_k M_lᵀ + M_lᵀ A_k) + GΨ_kl (B_k M_l + M_l A_k)] − 2γ M_kᵀ
+    Ȧ_k  = −β_k (M_k + M_kᵀ) − 2 Σ_l [GΩ_kl (M_l M_kᵀ + M_k M_lᵀ) + GΨ_kl (M_lᵀ M_kᵀ + M_k M_l)] − 2γ A_k
+    Ḃ_k  = −β_k (M_k + M_kᵀ) − 2 Σ_l [GΩ_kl (M_lᵀ M_k + M_kᵀ M_l) + GΨ_kl (M_l M_k + M_kᵀ M_lᵀ)] − 2γ B_k
+
+The mean m_k = √d μ(M_k) obeys dm_k/dτ = −d D_k g_k − √d ψ_k − 2γ m_k with D_k = t^A_k + t^B_k and
+ψ_k = 2 Σ_l [GΩ_kl (μ(M_l B_k) + μ(A_k M_l)) + GΨ_kl (μ(M_lᵀ B_k) + μ(A_k M_lᵀ))]. On the fast time
+t = nα this is dm_k/dt = −D_k g_k (moments frozen); on the slow scale m_k is slaved to the
+critical manifold ∂Φ/∂m_k = 0, to the order g_k = β_k/√d with
+
+    β_k = −ψ_k / D_k       (exactly the value that keeps dμ(M_k)/dτ = −2γ μ(M_k)).
+
+The slaved mean moves with the moments, m*(q(τ)); it is part of the state vector (after the
+moments) with dm*/dτ = −H_mm⁻¹ ∂_τ(∂Φ/∂m)|_m (implicit function theorem), and every evaluation of
+the coefficients re-solves ∂Φ/∂m = 0 by Newton from the state value (``_solve_means``).
+Symmetric (tied/direct) trainable indices in the same model use the flows of ``hierarchy`` with
+S_l → (M_l + M_lᵀ)/2 for untied l.
+"""
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.integrate import solve_ivp
+
+from ..errors import NumericalFailure
+from ..spec import Spec, load_spec
+from ..symbolic.words import Alphabet, word_name
+from .hierarchy import apply_flows, pack_terms
+from .potential import Potential
+
+NEWTON_TOL = 1e-12
+NEWTON_STEPS = 60
+FD_STEP = 1e-5
+
+
+# ------------------------------------------------------------------------------------ flows
+def untied_coef_names(K) -> list:
+    names = ["1", "gamma"] + [f"beta_{k}" for k in range(K)]
+    names += [f"GO_{k}_{l}" for k in range(K) for l in range(K)]
+    names += [f"GP_{k}_{l}" for k in range(K) for l in range(K)]
+    names += [f"Gamma_{k}_{l}" for k in range(K) for l in range(K)]
+    return names
+
+
+def untied_letter_flows(spec: Spec, cidx: dict) -> dict:
+    """letter -> [(coef key, replacement letters, factor)] for every trainable letter (module doc)."""
+    K = spec.K
+    sym = [ix.symmetric for ix in spec.indices]
+
+    def L(l, op):
+        return (l, "S") if sym[l] else (l, op)
+
+    flows = {}
+    for k in spec.students:
+        par = spec.indices[k].parameterization
+        g = cidx["gamma"]
+        if par == "untied":
+            b = cidx[f"beta_{k}"]
+            M, T, A, B = (k, "S"), (k, "T"), (k, "A"), (k, "B")
+            fM = [(b, (A,), -1.0), (b, (B,), -1.0), (g, (M,), -2.0)]
+            fT = [(b, (A,), -1.0), (b, (B,), -1.0), (g, (T,), -2.0)]
+            fA = [(b, (M,), -1.0), (b, (T,), -1.0), (g, (A,), -2.0)]
+            fB = [(b, (M,), -1.0), (b, (T,), -1.0), (g, (B,), -2.0)]
+            for l in range(K):
+                o, p = cidx[f"GO_{k}_{l}"], cidx[f"GP_{k}_{l}"]
+                Ml, Tl = L(l, "S"), L(l, "T")
+                fM += [(o, (Ml, B), -2.0), (o, (A, Ml), -2.0), (p, (Tl, B), -2.0), (p, (A, Tl), -2.0)]
+                fT += [(o, (B, Tl), -2.0), (o, (Tl, A), -2.0), (p, (B, Ml), -2.0), (p, (Ml, A), -2.0)]
+                fA += [(o, (Ml, T), -2.0), (o, (M, Tl), -2.0), (p, (Tl, T), -2.0), (p, (M, Ml), -2.0)]
+                fB += [(o, (Tl, M), -2.0), (o, (T, Ml), -2.0), (p, (Ml, M), -2.0), (p, (T, Tl), -2.0)]
+            flows[M], flows[T], flows[A], flows[B] = fM, fT, fA, fB
+        elif par in ("tied", "direct"):
+            S = (k, "S")
+            items = []
+            for l in range(K):
+                G = cidx[f"Gamma_{k}_{l}"]
+                if sym[l]:
+                    reps = [((l, "S"),)]
+                    w = 1.0
+                else:                                   # S_l -> (M_l + M_lᵀ)/2
+                    reps = [((l, "S"),), ((l, "T"),)]
+                    w = 0.5
+                for r in reps:
+                    if par == "tied":
+                        items += [(G, r + (S,), -4.0 * w), (G, (S,) + r, -4.0 * w)]
+                    else:
+                        items.append((G, r, -2.0 * w))
+            items.append((g, (S,), -2.0 if par == "tied" else -1.0))
+            flows[S] = items
+        else:  # pragma: no cover - identity is teacher-only
+            raise NotImplementedError(par)
+    return flows
+
+
+# ------------------------------------------------------------------------------------ system
+@dataclass
+class UntiedSystem:
+    """State y = [μ_words (words[0] = () ≡ 1) ..., m_k of the untied indices]; dy/dτ on package time."""
+
+    spec: Spec
+    truncation: int
+    alphabet: Alphabet
+    words: list
+    coef_names: list
+    terms: np.ndarray
+    theta_words: list                 # state index of every potential parameter (Potential.names order)
+    potential: Potential
+    mean_indices: list                # untied k, in spec order; state entry n_moments + j
+    notes: list = field(default_factory=list)
+
+    kind = "untied fast-mean/slow-moment hierarchy"
+    supports_noise = False
+
+    def __post_init__(self):
+        self._index = {w: i for i, w in enumerate(self.words)}
+        P, spec = self.potential, self.spec
+        self.n_moments = len(self.words)
+        self.mean_state = {k: self.n_moments + j for j, k in enumerate(self.mean_indices)}
+        pos = {n: i for i, n in enumerate(P.names)}
+        # positions (in θ) of the trainable means that are slaved to ∂Φ/∂m = 0
+        self.mean_pos = [pos[f"m_{spec.names[k]}"] for k in self.mean_indices if spec.indices[k].trainable]
+        self.mean_trainable = [k for k in self.mean_indices if spec.indices[k].trainable]
+
+    # ---------------------------------------------------------------- bookkeeping
+    @property
+    def size(self) -> int:
+        return self.n_moments + len(self.mean_indices)
+
+    def index(self, word) -> int:
+        return self._index[self.alphabet.canonical(tuple(word))]
+
+    def letter(self, k, op):
+        return (k, "S") if self.alphabet.symmetric[k] else (k, op)
+
+    def word_names(self) -> list:
+        out = ["1"] + [word_name(w, self.spec.names) for w in self.words[1:]]
+        return out + [f"m_{self.spec.names[k]}" for k in self.mean_indices]
+
+    def spec_text(self) -> str:
+        return json.dumps(self.spec.raw, indent=1, sort_keys=True, default=str)
+
+    def params(self, epsilon: float = 0.0) -> np.ndarray:
+        return np.array([self.spec.weight_decay, epsilon])
+
+    def retruncate(self, M: int):
+        return derive_untied(self.spec, M, potential=self.potential)
+
+    # ---------------------------------------------------------------- slaved means (reference)
+    def _gm(self, theta):
+        return self.potential.value_and_gradient(theta)[1][self.mean_pos]
+
+    def _jac(self, theta):
+        n = len(self.mean_pos)
+        J = np.empty((n, n))
+        for j, p in enumerate(self.mean_pos):
+            h = FD_STEP * max(1.0, abs(theta[p]))
+            tp, tm = theta.copy(), theta.copy()
+            tp[p] += h
+            tm[p] -= h
+            J[:, j] = (self._gm(tp) - self._gm(tm)) / (2 * h)
+        return J
+
+    def solve_means(self, theta) -> np.ndarray:
+        """θ with the trainable means moved (Newton from their value) onto ∂Φ/∂m = 0."""
+        theta = np.array(theta, dtype=float)
+        if not self.mean_pos:
+            return theta
+        for _ in range(NEWTON_STEPS):
+            r = self._gm(theta)
+            if np.max(np.abs(r)) < NEWTON_TOL * (1.0 + np.max(np.abs(theta))):
+                return theta
+            J = self._jac(theta)
+            try:
+                step = np.linalg.solve(J, r)
+            except np.linalg.LinAlgError:
+                break
+            theta[self.mean_pos] -= step
+            if not np.all(np.isfinite(theta)):
+                break
+        raise NumericalFailure("untied: no critical point ∂Φ/∂m = 0 of the slaved means near the current state")
+
+    def gradients(self, y):
+        """(θ at the slaved means, Potential.Gradients there)."""
+        theta = self.solve_means(np.asarray(y, dtype=float)[self.theta_words])
+        _, g = self.potential.value_and_gradient(theta)
+        return theta, self.potential.split_gradient(g)
+
+    def psi(self, y, grads) -> np.ndarray:
+        """ψ_k = 2 Σ_l [GΩ_kl (μ(M_l B_k) + μ(A_k M_l)) + GΨ_kl (μ(M_lᵀ B_k) + μ(A_k M_lᵀ))]."""
+        K, out = self.spec.K, np.zeros(self.spec.K)
+        for k in self.mean_trainable:
+            s = 0.0
+            for l in range(K):
+                Ml, Tl = self.letter(l, "S"), self.letter(l, "T")
+                A, B = (k, "A"), (k, "B")
+                s += grads.omega[k, l] * (y[self.index((Ml, B))] + y[self.index((A, Ml))])
+                s += grads.psi[k, l] * (y[self.index((Tl, B))] + y[self.index((A, Tl))])
+            out[k] = 2.0 * s
+        return out
+
+    def coefficients(self, y, params) -> np.ndarray:
+        """Reference (NumPy) coefficients; the generated module computes the same."""
+        y = np.asarray(y, dtype=float)
+        K = self.spec.K
+        _, gr = self.gradients(y)
+        psi = self.psi(y, gr)
+        coef = np.zeros(len(self.coef_names))
+        coef[0], coef[1] = 1.0, params[0]
+        for k in self.mean_trainable:
+            D = y[self.index(((k, "A"),))] + y[self.index(((k, "B"),))]
+            coef[2 + k] = -psi[k] / D
+        o = 2 + K
+        coef[o:o + K * K] = gr.omega.reshape(-1)
+        coef[o + K * K:o + 2 * K * K] = gr.psi.reshape(-1)
+        coef[o + 2 * K * K:o + 3 * K * K] = gr.gamma.reshape(-1)
+        return coef
+
+    def rhs(self, t, y, params):
+        """Reference right-hand side (moments and slaved means)."""
+        y = np.asarray(y, dtype=float)
+        coef = self.coefficients(y, params)
+        T = self.terms
+        out = np.zeros_like(y)
+        np.add.at(out, T["row"], T["val"] * coef[T["key"]] * y[T["c1"]] * y[T["c2"]])
+        if self.mean_pos:
+            theta = self.solve_means(y[self.theta_words])
+            tdot = out[self.theta_words]
+            nrm = np.max(np.abs(tdot))
+            if nrm > 0:
+                h = FD_STEP / nrm
+                b = (self._gm(theta + h * tdot) - self._gm(theta - h * tdot)) / (2 * h)
+                vel = -np.linalg.solve(self._jac(theta), b)
+                for j, k in enumerate(self.mean_trainable):
+                    out[self.mean_state[k]] = vel[j]
+        return out
+
+    # ---------------------------------------------------------------- initial state
+    def initial(self, init="free", dim=None, seed=0, means=None, fast_time: float = 200.0) -> np.ndarray:
+        """y(0): moments (free probability / sampled / explicit) and the means after the fast phase.
+
+        Means before the fast phase: 0 (free), √d μ(M_k) of the sampled matrices (sample), or an
+        explicit vector's entries; ``means`` = {name: value} overrides them (e.g. to select a
+        branch when the free start m = 0 sits on a symmetric, unstable critical point). The
+        trainable means are then relaxed by the fast flow and polished onto ∂Φ/∂m = 0.
+        """
+        y = self.pre_fast_state(init, dim, seed, means)
+        y = self.relax_means(y, fast_time)
+        if isinstance(init, str) and init == "sample":
+            for k in self.mean_trainable:
+                y[self.index(((k, "S"),))] = y[self.mean_state[k]] / np.sqrt(dim)
+        return y
+
+    def pre_fast_state(self, init="free", dim=None, seed=0, means=None) -> np.ndarray:
+        from .. import initial as ic
+        n = self.n_moments
+        y = np.zeros(self.size)
+        if isinstance(init, str) and init == "free":
+            y[:n] = ic.free_moments(self.spec, self.words)
+        elif isinstance(init, str) and init == "sample":
+            if dim is None:
+                raise ValueError("init='sample' needs the dimension d")
+            y[:n] = ic.sample_moments(self.spec, self.words, dim, seed)
+            for k in self.mean_indices:
+                y[self.mean_state[k]] = np.sqrt(dim) * y[self.index(((k, "S"),))]
+        else:
+            v = np.asarray(init, dtype=float)
+            if v.shape == (self.size,):
+                y[:] = v
+            elif v.shape == (n,):
+                y[:n] = v
+            else:
+                raise ValueError(f"explicit initial state must have {n} (moments) or {self.size} entries")
+        for name, val in (means or {}).items():
+            k = self.spec.names.index(name)
+            y[self.mean_state[k]] = float(val)
+        return y
+
+    def fast_rate(self, y) -> dict:
+        """D_k = t^A_k + t^B_k of the trainable untied indices."""
+        return {k: y[self.index(((k, "A"),))] + y[self.index(((k, "B"),))] for k in self.mean_trainable}
+
+    def fast_flow(self, y, t_eval):
+        """m(t) of dm_k/dt = −D_k ∂Φ/∂m_k(m, q(0)), moments frozen; rows = times, cols = trainable means."""
+        theta0 = np.asarray(y, dtype=float)[self.theta_words]
+        D = np.array([self.fast_rate(y)[k] for k in self.mean_trainable])
+        pos = self.mean_pos
+
+        def f(t, m):
+            th = theta0.copy()
+            th[pos] = m
+            return -D * self._gm(th)
+
+        sol = solve_ivp(f, (0.0, float(t_eval[-1])), theta0[pos], t_eval=t_eval, method="LSODA",
+                        rtol=1e-10, atol=1e-12)
+        if sol.status < 0 or sol.y.shape[1] != len(t_eval):
+            raise NumericalFailure(f"untied fast phase failed: {sol.message}")
+        return sol.y.T
+
+    def relax_means(self, y, fast_time: float = 200.0) -> np.ndarray:
+        y = np.array(y, dtype=float)
+        if not self.mean_pos:
+            return y
+        m = self.fast_flow(y, np.array([0.0, fast_time]))[-1]
+        for j, k in enumerate(self.mean_trainable):
+            y[self.mean_state[k]] = m[j]
+        theta = self.solve_means(y[self.theta_words])
+        if np.min(np.linalg.eigvalsh(0.5 * (self._jac(theta) + self._jac(theta).T))) < 0:
+            warnings.warn("untied fast phase: the means sit on an unstable critical point of Φ (a symmetric "
+                          "start); pass means={...} or init='sample' to select a branch", RuntimeWarning,
+                          stacklevel=3)
+        for j, k in enumerate(self.mean_trainable):
+            y[self.mean_state[k]] = theta[self.mean_pos[j]]
+        return y
+
+    # ---------------------------------------------------------------- observables
+    def observables(self, Y) -> dict:
+        """CSV columns (INTERFACE.md) from state trajectories Y[time, entry]."""
+        Y = np.atleast_2d(np.asarray(Y, dtype=float))
+        spec, out = self.spec, {}
+        names, sym = spec.names, self.alphabet.symmetric
+        thetas = np.array([self.solve_means(row[self.theta_words]) for row in Y]) if len(Y) else \
+            np.zeros((0, len(self.theta_words)))
+        pos = {n: i for i, n in enumerate(self.potential.names)}
+        tr = {}
+        for k, name in enumerate(names):
+            tr[k] = Y[:, self.index(((k, "S"),))]
+            out[f"tr_{name}"] = tr[k]
+            if not sym[k]:
+                out[f"m_{name}"] = thetas[:, pos[f"m_{name}"]]
+                out[f"trA_{name}"] = Y[:, self.index(((k, "A"),))]
+                out[f"trB_{name}"] = Y[:, self.index(((k, "B"),))]
+        for k in range(spec.K):
+            for l in range(k, spec.K):
+                pair = f"{names[k]}_{names[l]}"
+                q2 = Y[:, self.index(((k, "S"), (l, "S")))]
+                out[f"q_{pair}"] = q2
+                out[f"p_{pair}"] = q2 - tr[k] * tr[l]
+                if not sym[k] and not sym[l]:
+                    out[f"q1_{pair}"] = Y[:, self.index(((k, "S"), (l, "T")))]
+                    out[f"q2_{pair}"] = q2
+        for k in range(spec.K):
+            for l in range(k + 1, spec.K):
+                if sym[k] or sym[l]:
+                    continue
+                out[f"overlap_{names[k]}_{names[l]}"] = self.overlap(Y, k, l)
+        out["loss"] = np.array([self.potential.value(th) for th in thetas])
+        return out
+
+    def sym_product(self, Y, k, l):
+        """Tr((M_k + M_kᵀ)(M_l + M_lᵀ))/d = 2(q1_kl + q2_kl)."""
+        return 2.0 * (Y[:, self.index(((k, "S"), (l, "T")))] + Y[:, self.index(((k, "S"), (l, "S")))])
+
+    def overlap(self, Y, k, l):
+        Y = np.atleast_2d(Y)
+        num = self.sym_product(Y, k, l)
+        den = np.sqrt(np.abs(self.sym_product(Y, k, k) * self.sym_product(Y, l, l)))
+        return num / np.where(den > 0, den, np.nan)
+
+    # ---------------------------------------------------------------- code generation
+    def coefficient_lines(self) -> list:
+        K, P = self.spec.K, self.potential
+        op = P.op
+        pos = {n: i for i, n in enumerate(P.names)}
+        lines = ["    theta = _solve_means(theta)", "    phi, g = phi_and_grad(theta)",
+                 "    coef[1] = params[0]",
+                 f"    GO = np.zeros(({K}, {K}))", f"    GP = np.zeros(({K}, {K}))"]
+        for k in range(K):
+            for l in range(K):
+                w = "" if k == l else "0.5 * "
+                so, sq = op.omega(k, l), op.psi(k, l)
+                if so == sq:
+                    lines.append(f"    GO[{k}, {l}] = 0.5 * {w}g[{pos[so.name]}]")
+                    lines.append(f"    GP[{k}, {l}] = 0.5 * {w}g[{pos[sq.name]}]")
+                else:
+                    lines.append(f"    GO[{k}, {l}] = {w}g[{pos[so.name]}]")
+                    lines.append(f"    GP[{k}, {l}] = {w}g[{pos[sq.name]}]")
+        o = 2 + K
+        for k in range(K):
+            for l in range(K):
+                lines.append(f"    coef[{o + k * K + l}] = GO[{k}, {l}]")
+                lines.append(f"    coef[{o + K * K + k * K + l}] = GP[{k}, {l}]")
+                lines.append(f"    coef[{o + 2 * K * K + k * K + l}] = GO[{k}, {l}] + GP[{k}, {l}]")
+        for k in self.mean_trainable:
+            A, B = (k, "A"), (k, "B")
+            parts = []
+            for l in range(K):
+                Ml, Tl = self.letter(l, "S"), self.letter(l, "T")
+                parts.append(f"GO[{k}, {l}] * (mu[{self.index((Ml, B))}] + mu[{self.index((A, Ml))}])")
+                parts.append(f"GP[{k}, {l}] * (mu[{self.index((Tl, B))}] + mu[{self.index((A, Tl))}])")
+            lines.append(f"    psi = 2.0 * ({' + '.join(parts)})")
+            lines.append(f"    coef[{2 + k}] = -psi / (mu[{self.index((A,))}] + mu[{self.index((B,))}])")
+        return lines
+
+    def extra_source(self) -> str:
+        jit = "" if self.potential.quad_terms else "@njit(cache=True)\n"
+        mp = list(self.mean_pos)
+        ms = [self.mean_state[k] for k in self.mean_trainable]
+        return f'''
+# ---- untied: means slaved to the critical manifold dΦ/dm = 0 (THEORY §6) ----
+MEAN_POS = np.array({mp!r}, dtype=np.int64)    # positions of the trainable means in θ
+MEAN_STATE = np.array({ms!r}, dtype=np.int64)  # their entries in the state vector
+N_MEANS = {len(mp)}
+
+
+{jit}def _grad_m(theta):
+    phi, g = phi_and_grad(theta)
+    out = np.empty(N_MEANS)
+    for j in range(N_MEANS):
+        out[j] = g[MEAN_POS[j]]
+    return out
+
+
+{jit}def _jac_m(theta):
+    J = np.empty((N_MEANS, N_MEANS))
+    for j in range(N_MEANS):
+        h = {FD_STEP!r} * max(1.0, abs(theta[MEAN_POS[j]]))
+        tp = theta.copy()
+        tm = theta.copy()
+        tp[MEAN_POS[j]] += h
+        tm[MEAN_POS[j]] -= h
+        J[:, j] = (_grad_m(tp) - _grad_m(tm)) / (2.0 * h)
+    return J
+
+
+{jit}def _lin_solve(J, r):
+    """Gaussian elimination with partial pivoting (tiny systems; no LAPACK in the compiled code)."""
+    n = r.shape[0]
+    a = J.copy()
+    b = r.copy()
+    for c in range(n):
+        p = c
+        for i in range(c + 1, n):
+            if abs(a[i, c]) > abs(a[p, c]):
+                p = i
+        if p != c:
+            for j in range(n):
+                a[c, j], a[p, j] = a[p, j], a[c, j]
+            b[c], b[p] = b[p], b[c]
+        for i in range(c + 1, n):
+            f = a[i, c] / a[c, c]
+            for j in range(c, n):
+                a[i, j] -= f * a[c, j]
+            b[i] -= f * b[c]
+    x = np.zeros(n)
+    for i in range(n - 1, -1, -1):
+        s = b[i]
+        for j in range(i + 1, n):
+            s -= a[i, j] * x[j]
+        x[i] = s / a[i, i]
+    return x
+
+
+{jit}def _solve_means(theta):
+    """Newton from the current means onto dΦ/dm = 0 (moments held fixed); NaN when it fails."""
+    theta = theta.copy()
+    if N_MEANS == 0:
+        return theta
+    for it in range({NEWTON_STEPS}):
+        r = _grad_m(theta)
+        if np.max(np.abs(r)) < {NEWTON_TOL!r} * (1.0 + np.max(np.abs(theta))):
+            return theta
+        step = _lin_solve(_jac_m(theta), r)
+        for j in range(N_MEANS):
+            theta[MEAN_POS[j]] -= step[j]
+        if not np.all(np.isfinite(theta)):
+            break
+    for j in range(N_MEANS):
+        theta[MEAN_POS[j]] = np.nan
+    return theta
+
+
+{jit}def _mean_velocity(theta, tdot):
+    """dm*/dτ = −H_mm⁻¹ ∂_τ(dΦ/dm) at fixed m (implicit function theorem; central differences)."""
+    nrm = np.max(np.abs(tdot))
+    if N_MEANS == 0 or nrm == 0.0:
+        return np.zeros(N_MEANS)
+    h = {FD_STEP!r} / nrm
+    b = (_grad_m(theta + h * tdot) - _grad_m(theta - h * tdot)) / (2.0 * h)
+    return -_lin_solve(_jac_m(theta), b)
+'''
+
+    def rhs_source(self) -> str:
+        jit = "" if self.potential.quad_terms else "@njit(cache=True)\n"
+        return f'''
+
+# ---- untied right-hand side: moments, then the slaved means (redefines rhs above) ----
+{jit}def _rhs_core(mu, params):
+    theta = _solve_means(mu[THETA_WORDS])
+    out = rhs_terms(mu, coefficients(mu, params))
+    if N_MEANS > 0:
+        vel = _mean_velocity(theta, out[THETA_WORDS])
+        for j in range(N_MEANS):
+            out[MEAN_STATE[j]] = vel[j]
+    return out, np.all(np.isfinite(theta))
+
+
+def rhs(t, mu, params):
+    """dy/dτ on package time; y = [moments, means]; params = [weight decay γ, noise ratio ε]."""
+    out, ok = _rhs_core(mu, params)
+    if not ok:
+        raise ValueError("untied: no critical point dPhi/dm = 0 of the slaved means (t = %g)" % t)
+    return out
+'''
+
+    def source(self) -> str:
+        from ..codegen.emit import module_source
+        P = self.potential
+        if P.quad_terms and P.order is None:
+            y0 = self.pre_fast_state("free")
+            P.calibrate(y0[self.theta_words])
+        text = module_source(self, self.kind, self.coefficient_lines(), extra=self.extra_source())
+        return text + self.rhs_source()
+
+    def module(self):
+        """Import (compiling on first call) the generated module, cached by content."""
+        if getattr(self, "_module", None) is None:
+            self._module = _import_cached(self.source())
+        return self._module
+
+
+def _import_cached(source: str):
+    """Like codegen.load.cached_module, but under a deterministic module name: numba's on-disk
+    cache re-imports the defining module by name when it loads a compiled function, and
+    ``hash(str)`` (used there) changes from process to process."""
+    import hashlib
+    import importlib.util
+    import sys
+
+    from ..codegen.load import cache_dir, write_module
+    path = cache_dir() / f"m_{hashlib.sha256(source.encode()).hexdigest()[:20]}.py"
+    if not path.exists():
+        write_module(source, path)
+    name = f"symattn_generated_{path.stem}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# ------------------------------------------------------------------------------------ derive
+def derive_untied(spec, truncation: int | None = None, potential: Potential | None = None) -> UntiedSystem:
+    """The untied slow hierarchy of a spec with at least one untied index (THEORY §6)."""
+    spec = load_spec(spec)
+    M = truncation or spec.truncation
+    P = potential or Potential(spec)
+    alphabet = Alphabet([ix.symmetric for ix in spec.indices])
+    words = [()] + alphabet.words(M)
+    coef_names = untied_coef_names(spec.K)
+    cidx = {n: i for i, n in enumerate(coef_names)}
+    acc = apply_flows(words, alphabet, untied_letter_flows(spec, cidx), M)
+    index = {w: i for i, w in enumerate(words)}
+    mean_indices = [k for k, ix in enumerate(spec.indices) if not ix.symmetric]
+    mean_state = {k: len(words) + j for j, k in enumerate(mean_indices)}
+    theta_words = []
+    for name in P.names:
+        kind, *pair = name.split("_")
+        ks = [spec.names.index(n) for n in pair]
+        if kind == "m":
+            theta_words.append(mean_state[ks[0]])
+            continue
+        a, b = ks
+        second = "T" if kind == "q1" else "S"
+        lb = (b, "S") if alphabet.symmetric[b] else (b, second)
+        theta_words.append(index[alphabet.canonical(((a, "S"), lb))])
+    return UntiedSystem(spec, M, alphabet, words, coef_names, pack_terms(acc), theta_words, P, mean_indices)
+
+
+# ------------------------------------------------------------------------------------ fast phase
+@dataclass
+class FastPhaseResult:
+    table: dict
+    m_star: dict
+    rate: dict
+
+
+def fast_phase(spec, time: float = 20.0, points: int = 101, init="free", dim: int | None = None, seed: int = 0,
+               means: dict | None = None, system: UntiedSystem | None = None) -> FastPhaseResult:
+    """The fast phase dm_k/dt = −(t^A_k(0) + t^B_k(0)) ∂Φ/∂m_k(m, q(0)) on t = nα, moments frozen.
+
+    Columns: ``time_fast`` (= nα), ``time`` (= nα/d with the given ``dim``; 0 in the limit d → ∞)
+    and ``m_<name>`` of every untied index. ``m_star``: the critical point reached (Newton-polished).
+    """
+    sysm = system or derive_untied(spec, 2)
+    y = sysm.pre_fast_state(init, dim, seed, means)
+    t = np.linspace(0.0, time, points)
+    m = sysm.fast_flow(y, t) if sysm.mean_pos else np.zeros((points, 0))
+    table = {"time_fast": t, "time": t / dim if dim else np.zeros_like(t)}
+    names = sysm.spec.names
+    for k in sysm.mean_indices:
+        if k in sysm.mean_trainable:
+            table[f"m_{names[k]}"] = m[:, sysm.mean_trainable.index(k)]
+        else:
+            table[f"m_{names[k]}"] = np.full(points, y[sysm.mean_state[k]])
+    yr = y.copy()
+    for j, k in enumerate(sysm.mean_trainable):
+        yr[sysm.mean_state[k]] = m[-1, j]
+    theta = sysm.solve_means(yr[sysm.theta_words]) if sysm.mean_pos else yr[sysm.theta_words]
+    pos = {n: i for i, n in enumerate(sysm.potential.names)}
+    m_star = {names[k]: float(theta[pos[f"m_{names[k]}"]]) for k in sysm.mean_indices}
+    rate = {names[k]: float(v) for k, v in sysm.fast_rate(y).items()}
+    return FastPhaseResult(table, m_star, rate)
