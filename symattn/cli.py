@@ -74,7 +74,7 @@ def cmd_derive(args):
     if M < 2:
         raise SpecError("--truncation: must be >= 2")
     system = derive(spec, M)
-    path = write_module(system.source(), args.out or default_path(spec, M))
+    path = write_module(system.source(), args.out or default_path(spec, system.truncation))
     print(f"wrote {path}: {system.size} moments, {len(system.terms)} terms")
 
 
@@ -153,8 +153,8 @@ def _theory_options(q, defaults_points=51):
     q.add_argument("--init", choices=["free", "sample"], default="free")
     q.add_argument("--noise", choices=["on", "off"], default="on",
                    help="SGD-noise terms of ratio ε = αd/B (off: the paper's ε → 0 limit)")
-    q.add_argument("--method", choices=["moments", "spectral"], default="moments")
-    q.add_argument("--size", type=int, default=1000, help="matrix size N of the spectral method")
+    q.add_argument("--method", choices=["moments", "spectral"], default="moments",
+                   help="moments: truncated hierarchy; spectral: matrix-level flow at size N")
 
 
 def build_parser():
@@ -179,7 +179,8 @@ def build_parser():
     q.add_argument("--dim", type=int)
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--out")
-    q.add_argument("--spectra", help="spectral method: write student eigenvalue quantiles here")
+    from .spectral import add_spectral_arguments
+    add_spectral_arguments(q)
     q.set_defaults(func=cmd_theory)
 
     q = sub.add_parser("compare", help="theory and simulation side by side")
@@ -187,6 +188,7 @@ def build_parser():
     q.add_argument("--dim", type=int, required=True)
     q.add_argument("--seeds", type=int, default=4)
     _theory_options(q, defaults_points=21)
+    q.add_argument("--size", type=int, default=1000, help="spectral: matrix size N")
     q.add_argument("--out", default="compare_out")
     q.set_defaults(func=cmd_compare)
 

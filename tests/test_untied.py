@@ -226,8 +226,8 @@ def _gauss_mean(f, m, v, n=120):
 
 @pytest.mark.parametrize("activation,student,teacher,gamma,teacher_mean", [
     ("h1", (1.0, 0.9), (0.7, 1.1), 0.1, 0.0),
-    ("h3", (1.0, 1.2), (1.0, 1.3), 0.0, 0.0),
-    ("h2", (1.0, 0.8), (1.0, 1.3), 0.05, 0.8),
+    pytest.param("h3", (1.0, 1.2), (1.0, 1.3), 0.0, 0.0, marks=pytest.mark.slow),
+    pytest.param("h2", (1.0, 0.8), (1.0, 1.3), 0.05, 0.8, marks=pytest.mark.slow),
 ])
 def test_weak_recovery_identity(activation, student, teacher, gamma, teacher_mean):
     """(b) dq_12/dτ|₀ = −2 D_1 Q_2 g*_12 in the generated system (to 1e-10), with q_12 = (q1_12, q2_12),
@@ -292,12 +292,51 @@ def test_dichotomy_fast_phase_symmetry_breaking():
     assert np.max(np.abs(T["overlap_student_teacher"])) < 1e-12
 
 
+@pytest.mark.slow
 def test_dichotomy_h3_variance():
     """(d) h3, teacher mean 0: g*_12 ∝ (v_1 − 1)(v_2 − 1) — recovers for v_1, v_2 ≠ 1, stuck for v_1 = 1."""
-    T = _theory(untied_spec("h3", student=(1.0, 1.2), teacher=(1.0, 1.3), M=4), 0.01)
-    assert abs(T["overlap_student_teacher"][-1]) > 0.02
-    T = _theory(untied_spec("h3", student=(1.0, 1.0), teacher=(1.0, 1.3), M=4), 0.01)
+    T = _theory(untied_spec("h3", student=(1.0, 1.2), teacher=(1.0, 1.3), M=4), 0.004, points=5)
+    assert np.all(np.diff(T["overlap_student_teacher"]) > 0) and T["overlap_student_teacher"][-1] > 0.02
+    T = _theory(untied_spec("h3", student=(1.0, 1.0), teacher=(1.0, 1.3), M=4), 0.004, points=5)
     assert np.max(np.abs(T["overlap_student_teacher"])) < 1e-12
+
+
+# ----------------------------------------------------------------------------- (c) simulation
+SIM_SPEC = dict(activation="h1", student=(1.0, 0.9), teacher=(0.7, 1.1), M=6, eps=0.002, B=1024, name="usim")
+SIM_COLS = ("q1_student_student", "q2_student_student", "q1_student_teacher", "q2_student_teacher", "trA_student",
+            "trB_student")
+
+
+def _sim_vs_theory(dims, seeds, time=0.05, points=3):
+    try:
+        import symattn.simulate as S
+    except ImportError:  # pragma: no cover
+        pytest.skip("symattn.simulate unavailable")
+    spec = untied_spec(**SIM_SPEC)
+    th = _theory(spec, time, points=points)
+    out = {}
+    for d in dims:
+        T = S.simulate(spec, dim=d, seeds=seeds, time=time, points=points, progress=False, test_samples=0).table
+        # fast phase: h1 gives ∂Φ/∂m_1 = m_1 − m_2, so m*_1 = m_2 (the teacher's finite-d mean, O(1/√d))
+        assert np.all(np.abs(T["m_student"][1:] - T["m_teacher"][1:]) < 0.05)
+        dev = {c: float(np.max(np.abs(T[c] - th[c]))) for c in SIM_COLS}
+        sem = {c: float(np.max(T[c + "_sem"])) for c in SIM_COLS}
+        out[d] = (dev, sem)
+        for c in SIM_COLS:
+            assert dev[c] < 4 * sem[c] + 0.03, (d, c, dev[c], sem[c])
+    return out
+
+
+def test_simulation_follows_hierarchy():
+    """(c) d = 100, 2 seeds, h1 untied: slow moments follow the M = 6 hierarchy up to τ = 0.05."""
+    _sim_vs_theory((100,), 2)
+
+
+@pytest.mark.slow
+def test_simulation_follows_hierarchy_two_dims():
+    """(c) d = 100 and 200, 3 seeds (measured max deviations: q1_ss 0.016 / 0.009, q2_ss 0.004 / 0.005,
+    q1_st 0.001 / 0.001, trA 0.003 / 0.002 at τ ≤ 0.05)."""
+    _sim_vs_theory((100, 200), 3)
 
 
 if __name__ == "__main__":

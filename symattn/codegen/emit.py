@@ -14,6 +14,8 @@ import numpy as np
 import sympy as sp
 from sympy.printing.pycode import pycode
 
+from ..symbolic.quadrature import canonical_basis
+
 
 
 def fnum(x) -> str:
@@ -88,21 +90,6 @@ def _expr_code(exprs, args, name, arg_name="x", out_len=None, vectorized=False):
 def _np_code(e):
     from sympy.printing.numpy import NumPyPrinter
     return NumPyPrinter().doprint(e)
-
-
-def canonical_basis(P):
-    """A deterministic orthonormal basis of the row space of P (Gram–Schmidt of its projector)."""
-    if P.shape[0] == P.shape[1]:
-        return np.eye(P.shape[0])
-    proj = np.round(P.T @ P, 12)
-    rows = []
-    for col in proj.T:
-        v = col - sum((r @ col) * r for r in rows)
-        if np.linalg.norm(v) > 1e-6:
-            rows.append(v / np.linalg.norm(v))
-        if len(rows) == P.shape[0]:
-            break
-    return np.round(np.array(rows), 14)
 
 
 def rule_name(order, r, half_width):

@@ -74,6 +74,21 @@ def invariant_projection(expr, variables, rng=None, tol=1e-9):
     return P
 
 
+def canonical_basis(P):
+    """A deterministic orthonormal basis of the row space of P (Gram–Schmidt of its projector)."""
+    if P.shape[0] == P.shape[1]:
+        return np.eye(P.shape[0])
+    proj = np.round(P.T @ P, 12)
+    rows = []
+    for col in proj.T:
+        v = col - sum((r @ col) * r for r in rows)
+        if np.linalg.norm(v) > 1e-6:
+            rows.append(v / np.linalg.norm(v))
+        if len(rows) == P.shape[0]:
+            break
+    return np.round(np.array(rows), 14)
+
+
 @dataclass
 class QuadTerm:
     """E over N(μ(θ), Σ(θ)) of one non-polynomial term, with μ, Σ affine in θ."""
@@ -91,7 +106,7 @@ class QuadTerm:
     def __post_init__(self):
         v = self.variables
         if self.P is None:
-            self.P = invariant_projection(self.expr, v)
+            self.P = canonical_basis(invariant_projection(self.expr, v))
         mods = [{"Heaviside": lambda x, h0=0.5: np.heaviside(x, h0)}, "numpy"]
         self.stein = False
         if not self.gradient:
