@@ -123,27 +123,62 @@ def cmd_theory(args):
         sys.stdout.write(buf.getvalue())
 
 
+def _dims(text):
+    """--dims D1,D2[,D3...] -> sorted distinct positive ints (SpecError otherwise)."""
+    try:
+        dims = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise SpecError(f"--dims {text}: expected comma-separated whole numbers, e.g. 100,200") from None
+    if any(d <= 0 for d in dims):
+        raise SpecError(f"--dims {text}: dimensions must be > 0")
+    if len(set(dims)) < 2:
+        raise SpecError(f"--dims {text}: needs two or more distinct dimensions, e.g. 100,200")
+    return sorted(set(dims))
+
+
 def cmd_compare(args):
     import warnings
 
-    from .compare import compare
+    from .compare import compare, compare_dims
 
     spec = load_spec(args.spec)
+    if (args.dim is None) == (args.dims is None):
+        raise SpecError("compare: give exactly one of --dim D or --dims D1,D2[,D3]")
+    dims = _dims(args.dims) if args.dims is not None else None
     _positive("--dim", args.dim)
     _positive("--seeds", args.seeds)
     _positive("--time", args.time)
+    if dims is not None and args.init == "sample":
+        raise SpecError("--init sample: needs a single --dim (the --dims theory starts from the d → ∞ state)")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        summary = compare(spec, dim=args.dim, seeds=args.seeds, time=args.time, points=args.points,
-                          out=args.out, truncation=args.truncation, init=args.init,
-                          noise=args.noise != "off", method=args.method, size=args.size)
+        if dims is None:
+            summary = compare(spec, dim=args.dim, seeds=args.seeds, time=args.time, points=args.points,
+                              out=args.out, truncation=args.truncation, init=args.init,
+                              noise=args.noise != "off", method=args.method, size=args.size)
+        else:
+            summary = compare_dims(spec, dims, seeds=args.seeds, time=args.time, points=args.points,
+                                   out=args.out, truncation=args.truncation, noise=args.noise != "off",
+                                   method=args.method, size=args.size)
     for w in caught:
         print(f"symattn: warning: {w.message}", file=sys.stderr)
-    rows = [(c, v["max_abs_dev"], v["theory_range"]) for c, v in summary["columns"].items()]
-    print(f"{'column':28s} {'max |dev|':>10s}   theory range")
-    for c, dev, rng in rows:
-        print(f"{c:28s} {dev:10.4g}   [{rng[0]:.4g}, {rng[1]:.4g}]")
-    print(f"wrote {args.out}/theory.csv, simulation.csv, comparison.png, summary.json")
+    if dims is None:
+        rows = [(c, v["max_abs_dev"], v["theory_range"]) for c, v in summary["columns"].items()]
+        print(f"{'column':28s} {'max |dev|':>10s}   theory range")
+        for c, dev, rng in rows:
+            print(f"{c:28s} {dev:10.4g}   [{rng[0]:.4g}, {rng[1]:.4g}]")
+        print(f"wrote {args.out}/theory.csv, simulation.csv, comparison.png, summary.json")
+        return
+    ext = summary["extrapolated"]["all"]
+    print(f"{'column':28s} " + " ".join(f"{'|dev| d=' + str(d):>12s}" for d in dims)
+          + f" {'|dev| 1/d→0':>12s} {'/ its error':>11s}")
+    for c, v in ext.items():
+        per = [summary["columns_by_dim"][str(d)]["all"][c]["max_abs_dev"] for d in dims]
+        z = v["max_dev_over_sem"]
+        print(f"{c:28s} " + " ".join(f"{x:12.4g}" for x in per) + f" {v['max_abs_dev']:12.4g} "
+              + (f"{z:11.3g}" if z is not None else f"{'-':>11s}"))
+    files = ", ".join(f"simulation_d{d}.csv" for d in dims)
+    print(f"wrote {args.out}/theory.csv, {files}, extrapolated.csv, comparison.png, summary.json")
 
 
 def _theory_options(q, defaults_points=51):
@@ -185,7 +220,9 @@ def build_parser():
 
     q = sub.add_parser("compare", help="theory and simulation side by side")
     q.add_argument("spec")
-    q.add_argument("--dim", type=int, required=True)
+    q.add_argument("--dim", type=int, help="one dimension d (exclusive with --dims)")
+    q.add_argument("--dims", metavar="D1,D2[,D3]",
+                   help="several d: simulate at each and extrapolate linearly in 1/d (exclusive with --dim)")
     q.add_argument("--seeds", type=int, default=4)
     _theory_options(q, defaults_points=21)
     q.add_argument("--size", type=int, default=1000, help="spectral: matrix size N")

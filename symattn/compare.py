@@ -30,13 +30,20 @@ def deviations(theory: dict, sim: dict, until: float | None = None) -> dict:
     return out
 
 
-def plot(theory: dict, sim: dict, path, title="", extra: dict | None = None):
-    """One panel per observable: theory lines, simulation means with standard-error bars."""
+def plot(theory: dict, sim: dict, path, title="", extra: dict | None = None, sims: dict | None = None):
+    """One panel per observable: theory lines, simulation means with standard-error bars.
+
+    ``extra``: further theory tables (dashed lines); ``sims``: further tables with ``_sem``
+    columns (e.g. simulations at other d, the 1/d extrapolation), drawn as error bars."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    cols = [c for c in theory if c != "time" and c.startswith(PLOT_PREFIXES) and c in sim]
+    def frozen_only(c):
+        parts = c.split("_")[1:]
+        return bool(parts) and all(p in frozen for p in parts)
+
+    cols = [c for c in theory if c != "time" and c.startswith(PLOT_PREFIXES) and c in sim and not frozen_only(c)]
     n = len(cols)
     ncol = min(3, n)
     nrow = int(np.ceil(n / ncol))
@@ -46,7 +53,14 @@ def plot(theory: dict, sim: dict, path, title="", extra: dict | None = None):
         for name, tab in (extra or {}).items():
             if c in tab:
                 ax.plot(tab["time"], tab[c], "--", label=name)
-        ax.errorbar(sim["time"], sim[c], yerr=sim.get(c + "_sem"), fmt="o", ms=3, color="C3", label="SGD")
+        ax.errorbar(sim["time"], sim[c], yerr=sim.get(c + "_sem"), fmt="o", ms=3, color="C3",
+                    label=(sims or {}).get("__label__", "SGD"))
+        for n, (name, tab) in enumerate(kv for kv in (sims or {}).items() if kv[0] != "__label__"):
+            if c in tab:
+                ax.errorbar(tab["time"], tab[c], yerr=tab.get(c + "_sem"), fmt="s^vD"[n % 4], ms=3,
+                            color=f"C{4 + n}", alpha=0.8, label=name)
+        if valid_until is not None:
+            ax.axvline(valid_until, ls=":", color="gray", label="truncation gap > tol")
         ax.set_title(c, fontsize=9)
         ax.set_xlabel("time nα/d", fontsize=8)
     for ax in list(axes.flat)[n:]:
@@ -93,7 +107,117 @@ def compare(spec, dim: int, seeds: int = 4, time: float = 1.0, points: int = 21,
         write_csv(theory_table, out / "theory.csv")
         write_csv(sim_table, out / "simulation.csv")
         plot(theory_table, sim_table, out / "comparison.png",
-             title=f"{spec.name}: d={dim}, {seeds} seeds, ε={spec.epsilon(dim):g}", extra=extra)
+             title=f"{spec.name}: d={dim}, {seeds} seeds, ε={spec.epsilon(dim):g}", extra=extra,
+             valid_until=info.get("truncation_valid_until"), frozen=[spec.names[k] for k in spec.teachers])
         (out / "summary.json").write_text(json.dumps(summary, indent=2))
     summary["theory_table"], summary["simulation_table"] = theory_table, sim_table
+    return summary
+
+
+# ---------------------------------------------------------------------------- finite size (issue 8)
+def _on_grid(table: dict, grid: np.ndarray, col: str) -> np.ndarray:
+    return np.interp(grid, np.asarray(table["time"], dtype=float), np.asarray(table[col], dtype=float))
+
+
+def extrapolate(tables_by_dim: dict) -> dict:
+    """d → ∞ estimate of every measured observable by a fit linear in 1/d at each time point.
+
+    ``tables_by_dim``: {d: simulation table} (columns and ``<col>_sem`` as in INTERFACE.md), at
+    least two distinct d. Tables are interpolated onto the time grid of the largest d (simulated
+    grids differ only by the snapping of times to whole steps). At every time the fit
+    y_d = a + b/d is weighted by 1/sem_d² (equal weights where a sem is 0, e.g. one seed);
+    the returned table holds ``time``, the intercept a as ``<col>`` and its standard error,
+    propagated from the sems, as ``<col>_sem`` (so ``deviations`` can use it like a simulation).
+    Also ``<col>_slope`` (the coefficient b of 1/d), for diagnostics.
+    """
+    dims = sorted(int(d) for d in tables_by_dim)
+    if len(set(dims)) < 2:
+        raise ValueError("extrapolate: needs tables at two or more distinct dimensions")
+    tabs = {int(d): t for d, t in tables_by_dim.items()}
+    grid = np.asarray(tabs[dims[-1]]["time"], dtype=float)
+    cols = [c for c in tabs[dims[-1]] if c != "time" and not c.endswith("_sem")
+            and all(c in t for t in tabs.values())]
+    x = 1.0 / np.array(dims, dtype=float)
+    X = np.column_stack([np.ones_like(x), x])
+    out = {"time": grid.copy()}
+    for c in cols:
+        Y = np.array([_on_grid(tabs[d], grid, c) for d in dims])                     # (n_dims, T)
+        S = np.array([_on_grid(tabs[d], grid, c + "_sem") if c + "_sem" in tabs[d]
+                      else np.zeros_like(grid) for d in dims])
+        a, se, b = np.empty(len(grid)), np.empty(len(grid)), np.empty(len(grid))
+        for j in range(len(grid)):
+            s = S[:, j]
+            w = 1.0 / s**2 if np.all(s > 0) and np.all(np.isfinite(s)) else np.ones(len(dims))
+            A = X.T @ (w[:, None] * X)
+            coef_map = np.linalg.solve(A, X.T * w)                                    # (2, n_dims)
+            a[j], b[j] = coef_map @ Y[:, j]
+            se[j] = np.sqrt(np.sum((coef_map[0] * s) ** 2))
+        out[c], out[c + "_sem"], out[c + "_slope"] = a, se, b
+    return out
+
+
+def compare_dims(spec, dims, seeds: int = 4, time: float = 1.0, points: int = 21, out=None, truncation=None,
+                 noise: bool = True, method: str = "moments", size: int = 1000, workers=None,
+                 progress=True) -> dict:
+    """Theory (d → ∞, free initial state) against SGD at every d in ``dims`` and against the 1/d
+    extrapolation of the simulations (``extrapolate``). Writes ``simulation_d<D>.csv`` per d,
+    ``extrapolated.csv``, ``theory.csv``, ``comparison.png`` and ``summary.json`` to ``out``;
+    summary["extrapolated"] holds, per column, the deviation of the theory from the extrapolation
+    (max over time of |theory − extrapolation| and of that in units of the extrapolation's error).
+    """
+    from . import simulate as _simulate
+    from .derive import derive
+    from .integrate import integrate
+    from .spec import SpecError, load_spec
+
+    spec = load_spec(spec)
+    dims = sorted({int(d) for d in dims})
+    if len(dims) < 2:
+        raise SpecError("--dims: needs two or more distinct dimensions, e.g. --dims 100,200")
+    if spec.noise_ratio is None:
+        raise SpecError(f"{spec.source}: training.learning_rate: --dims extrapolates at fixed ε = αd/B; "
+                        f"give training.noise_ratio instead")
+    sims = {d: _simulate(spec, dim=d, seeds=seeds, time=time, points=points, workers=workers,
+                         progress=progress).table for d in dims}
+    ext = extrapolate(sims)
+    extra = {}
+    if method == "spectral":
+        from .spectral import solve_spectral
+        th = solve_spectral(spec, time=time, points=max(points, 51), size=size)
+        theory_table, info = th.table, {"method": "spectral", "size": size}
+    else:
+        system = derive(spec, truncation)
+        eps = spec.epsilon() if noise else 0.0
+        res = integrate(system, time=time, points=max(points, 101), init="free", epsilon=eps)
+        theory_table, info = res.table, {"method": "moments", **res.summary()}
+        if noise and eps > 0 and getattr(system, "supports_noise", False):
+            extra["theory ε→0"] = integrate(system, time=time, points=max(points, 101), init="free",
+                                            epsilon=0.0, check_truncation=False).table
+    until = info.get("truncation_valid_until") or info.get("diverged_at")
+
+    def both(sim):
+        return {"all": deviations(theory_table, sim),
+                "within_validity": deviations(theory_table, sim, until) if until else None}
+
+    summary = {"spec": spec.name, "dims": dims, "seeds": seeds, "time": time, "epsilon": spec.epsilon(),
+               "theory": info,
+               "columns_by_dim": {str(d): both(sims[d]) for d in dims},
+               "extrapolated": both({c: v for c, v in ext.items() if not c.endswith("_slope")})}
+    if extra:
+        summary["extrapolated_vs_noise_free_theory"] = deviations(
+            extra["theory ε→0"], {c: v for c, v in ext.items() if not c.endswith("_slope")}, until)
+    if out is not None:
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        write_csv(theory_table, out / "theory.csv")
+        for d in dims:
+            write_csv(sims[d], out / f"simulation_d{d}.csv")
+        write_csv(ext, out / "extrapolated.csv")
+        shown = {c: v for c, v in ext.items() if not c.endswith("_slope")}
+        plot(theory_table, shown, out / "comparison.png",
+             title=f"{spec.name}: d = {', '.join(map(str, dims))} and 1/d → 0, {seeds} seeds, ε={spec.epsilon():g}",
+             extra=extra, sims={"__label__": "SGD, 1/d → 0", **{f"SGD d={d}": sims[d] for d in dims}})
+        (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    summary["theory_table"], summary["extrapolated_table"] = theory_table, ext
+    summary["simulation_tables"] = sims
     return summary

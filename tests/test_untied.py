@@ -294,11 +294,16 @@ def test_dichotomy_fast_phase_symmetry_breaking():
 
 @pytest.mark.slow
 def test_dichotomy_h3_variance():
-    """(d) h3, teacher mean 0: g*_12 ∝ (v_1 − 1)(v_2 − 1) — recovers for v_1, v_2 ≠ 1, stuck for v_1 = 1."""
-    T = _theory(untied_spec("h3", student=(1.0, 1.2), teacher=(1.0, 1.3), M=4), 0.004, points=5)
-    assert np.all(np.diff(T["overlap_student_teacher"]) > 0) and T["overlap_student_teacher"][-1] > 0.02
+    """(d) h3, teacher mean 0: g*_12 ∝ (v_1 − 1)(v_2 − 1). v_1, v_2 ≠ 1: linear growth of the overlap;
+    v_1 = 1: zero initial slope — but v_1 drifts off 1 on the slow scale, so the overlap then grows ∝ τ²
+    (unlike h2 with m*_1 = 0, the h3 uninformative manifold is not invariant)."""
+    rec = _theory(untied_spec("h3", student=(1.0, 1.2), teacher=(1.0, 1.3), M=4), 0.004, points=5)
+    o = rec["overlap_student_teacher"]
+    assert np.all(np.diff(o) > 0) and o[-1] > 0.02
     T = _theory(untied_spec("h3", student=(1.0, 1.0), teacher=(1.0, 1.3), M=4), 0.004, points=5)
-    assert np.max(np.abs(T["overlap_student_teacher"])) < 1e-12
+    s = np.abs(T["overlap_student_teacher"])
+    assert s[1] < 0.05 * o[1]
+    assert 3.0 < s[2] / s[1] < 5.0                       # quadratic start
 
 
 # ----------------------------------------------------------------------------- (c) simulation

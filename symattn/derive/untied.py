@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.integrate import solve_ivp
 
+from ..codegen.load import cached_module
 from ..errors import NumericalFailure
 from ..spec import Spec, load_spec
 from ..symbolic.words import Alphabet, word_name
@@ -532,30 +533,8 @@ def rhs(t, mu, params):
     def module(self):
         """Import (compiling on first call) the generated module, cached by content."""
         if getattr(self, "_module", None) is None:
-            self._module = _import_cached(self.source())
+            self._module = cached_module(self.source())
         return self._module
-
-
-def _import_cached(source: str):
-    """Like codegen.load.cached_module, but under a deterministic module name: numba's on-disk
-    cache re-imports the defining module by name when it loads a compiled function, and
-    ``hash(str)`` (used there) changes from process to process."""
-    import hashlib
-    import importlib.util
-    import sys
-
-    from ..codegen.load import cache_dir, write_module
-    path = cache_dir() / f"m_{hashlib.sha256(source.encode()).hexdigest()[:20]}.py"
-    if not path.exists():
-        write_module(source, path)
-    name = f"symattn_generated_{path.stem}"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 # ------------------------------------------------------------------------------------ derive
