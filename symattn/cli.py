@@ -48,7 +48,7 @@ def cmd_potential(args):
         print(json.dumps(out, indent=2))
         return
     kind = "closed form" if P.is_closed_form else f"closed form + {len(P.quad_terms)} quadrature terms"
-    print(f"Φ ({kind}) = {P.closed_form}")
+    print(f"Φ ({kind}) = {P.latex() if args.latex else P.closed_form}")
     if P.quad_terms:
         print(f"quadrature: {order} nodes per dimension, error estimate {err:.2e}")
     print("at " + ", ".join(f"{k}={v:g}" for k, v in values.items()))
@@ -101,7 +101,14 @@ def cmd_theory(args):
     spec = load_spec(args.spec)
     _positive("--time", args.time)
     _positive("--points", args.points)
-    if args.method == "spectral":
+    if args.fast:
+        from .derive.untied import fast_phase
+        if not any(ix.parameterization == "untied" for ix in spec.indices):
+            raise SpecError("--fast: the fast phase exists only for untied indices (THEORY §6)")
+        result = fast_phase(spec, time=args.time, points=args.points, init=args.init, dim=args.dim, seed=args.seed)
+        print("fast-phase fixed point: " + ", ".join(f"m_{k}* = {v:.6g}" for k, v in result.m_star.items()),
+              file=sys.stderr)
+    elif args.method == "spectral":
         from .spectral import run_spectral_from_args
         result = run_spectral_from_args(spec, args)
     else:
@@ -200,6 +207,7 @@ def build_parser():
     q.add_argument("--at", nargs="*", metavar="NAME=VALUE")
     q.add_argument("--json", action="store_true")
     q.add_argument("--tol", type=float, default=1e-8, help="quadrature tolerance")
+    q.add_argument("--latex", action="store_true", help="print Φ as LaTeX")
     q.set_defaults(func=cmd_potential)
 
     q = sub.add_parser("derive", help="derive the limit ODE system and write its generated module")
@@ -214,6 +222,9 @@ def build_parser():
     q.add_argument("--dim", type=int)
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--out")
+    q.add_argument("--fast", action="store_true",
+                   help="untied: the fast phase of the means on the fast axis nα (column time_fast); "
+                        "with --dim D also on nα/d")
     from .spectral import add_spectral_arguments
     add_spectral_arguments(q)
     q.set_defaults(func=cmd_theory)

@@ -30,7 +30,8 @@ def deviations(theory: dict, sim: dict, until: float | None = None) -> dict:
     return out
 
 
-def plot(theory: dict, sim: dict, path, title="", extra: dict | None = None, sims: dict | None = None):
+def plot(theory: dict, sim: dict, path, title="", extra: dict | None = None, sims: dict | None = None,
+         valid_until: float | None = None, frozen=None):
     """One panel per observable: theory lines, simulation means with standard-error bars.
 
     ``extra``: further theory tables (dashed lines); ``sims``: further tables with ``_sem``
@@ -41,7 +42,7 @@ def plot(theory: dict, sim: dict, path, title="", extra: dict | None = None, sim
 
     def frozen_only(c):
         parts = c.split("_")[1:]
-        return bool(parts) and all(p in frozen for p in parts)
+        return bool(parts) and all(p in (frozen or ()) for p in parts)
 
     cols = [c for c in theory if c != "time" and c.startswith(PLOT_PREFIXES) and c in sim and not frozen_only(c)]
     n = len(cols)
@@ -55,10 +56,10 @@ def plot(theory: dict, sim: dict, path, title="", extra: dict | None = None, sim
                 ax.plot(tab["time"], tab[c], "--", label=name)
         ax.errorbar(sim["time"], sim[c], yerr=sim.get(c + "_sem"), fmt="o", ms=3, color="C3",
                     label=(sims or {}).get("__label__", "SGD"))
-        for n, (name, tab) in enumerate(kv for kv in (sims or {}).items() if kv[0] != "__label__"):
+        for m, (name, tab) in enumerate(kv for kv in (sims or {}).items() if kv[0] != "__label__"):
             if c in tab:
-                ax.errorbar(tab["time"], tab[c], yerr=tab.get(c + "_sem"), fmt="s^vD"[n % 4], ms=3,
-                            color=f"C{4 + n}", alpha=0.8, label=name)
+                ax.errorbar(tab["time"], tab[c], yerr=tab.get(c + "_sem"), fmt="s^vD"[m % 4], ms=3,
+                            color=f"C{4 + m}", alpha=0.8, label=name)
         if valid_until is not None:
             ax.axvline(valid_until, ls=":", color="gray", label="truncation gap > tol")
         ax.set_title(c, fontsize=9)
@@ -216,7 +217,8 @@ def compare_dims(spec, dims, seeds: int = 4, time: float = 1.0, points: int = 21
         shown = {c: v for c, v in ext.items() if not c.endswith("_slope")}
         plot(theory_table, shown, out / "comparison.png",
              title=f"{spec.name}: d = {', '.join(map(str, dims))} and 1/d → 0, {seeds} seeds, ε={spec.epsilon():g}",
-             extra=extra, sims={"__label__": "SGD, 1/d → 0", **{f"SGD d={d}": sims[d] for d in dims}})
+             extra=extra, sims={"__label__": "SGD, 1/d → 0", **{f"SGD d={d}": sims[d] for d in dims}},
+             valid_until=info.get("truncation_valid_until"), frozen=[spec.names[k] for k in spec.teachers])
         (out / "summary.json").write_text(json.dumps(summary, indent=2))
     summary["theory_table"], summary["extrapolated_table"] = theory_table, ext
     summary["simulation_tables"] = sims

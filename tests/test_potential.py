@@ -92,9 +92,9 @@ CASES = {
     "identity_h2_L1": (make_spec(1, "h2", teacher="identity", scale=0.8),
                        [{"q_s_s": 2.0, "q_s_t": 0.8, "q_t_t": 0.64}], [], 1e-8),
     # L = 3: one point with a loose tolerance in the default suite; more under ``slow``
-    # (at tol 1e-3 the rule stops at 25 nodes per dimension, 25⁴ nodes per term; the error
-    # estimate it reports, 4e-4, is the change from 17 to 25 nodes: 25 → 35 changes Φ, ∇Φ by 4e-7)
-    "softmax_L3_b1": (make_spec(3, "softmax", beta=1.0), TIED_PTS[:1], [], 1e-3),
+    # (at tol 1e-2 the rule stops at 25 nodes per dimension, 25⁴ nodes per 4-d term, and reports
+    # the change 17 → 25 nodes, 5e-3, as its error; 25 → 35 nodes changes Φ, ∇Φ by 5.5e-4)
+    "softmax_L3_b1": (make_spec(3, "softmax", beta=1.0), TIED_PTS[:1], [], 1e-2),
     "softmax_L3_b1_tight": (make_spec(3, "softmax", beta=1.0), [], TIED_PTS, 1e-4),
     "softmax_L3_b2": (make_spec(3, "softmax", beta=2.0), [], TIED_PTS, 1e-4),
 }

@@ -21,10 +21,16 @@ def write_module(source: str, path: str | Path) -> Path:
 
 
 def import_module(path: str | Path):
-    """Import a generated module from its file (a fresh module object each call)."""
+    """Import a generated module from its file (a content-addressed cache file is imported once)."""
     path = Path(path).resolve()
-    # a stable name: numba's on-disk cache refers to the module by it
-    name = f"symattn_generated_{path.stem}_{hashlib.sha256(str(path).encode()).hexdigest()[:10]}"
+    # a stable name: numba's on-disk cache refers to the module by it. Cache files are named by
+    # their content already; other files get a digest of their path.
+    name = f"symattn_generated_{path.stem}"
+    if path.parent == cache_dir().resolve():
+        if name in sys.modules:                     # same content, already compiled
+            return sys.modules[name]
+    else:
+        name += "_" + hashlib.sha256(str(path).encode()).hexdigest()[:10]
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
@@ -33,8 +39,11 @@ def import_module(path: str | Path):
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("SYMATTN_CACHE") or os.path.join(tempfile.gettempdir(), "symattn-cache")
-    return Path(root)
+    import numba
+
+    from .. import __version__
+    default = os.path.join(tempfile.gettempdir(), f"symattn-cache-{__version__}-numba{numba.__version__}")
+    return Path(os.environ.get("SYMATTN_CACHE") or default)
 
 
 def cached_module(source: str):

@@ -97,6 +97,28 @@ def order_parameters(spec, state: list, dim: int) -> dict:
     return out
 
 
+def student_spectra(spec, state: list, dim: int) -> dict:
+    """Sorted eigenvalues (length d) of every student's S, keyed by index name (issue 6).
+
+    tied: squares of the singular values of W (d×d_k), padded with zeros to d (S = WW^T is never
+    formed); direct: ``eigvalsh`` of the symmetrised S; untied: ``eigvalsh`` of the symmetric part
+    (UV^T + VU^T)/2 (S itself is not symmetric)."""
+    out = {}
+    for k in spec.students:
+        ix, s = spec.indices[k], state[k]
+        par = ix.parameterization
+        if par == "tied":
+            sv = np.linalg.svd(s["W"], compute_uv=False)
+            ev = np.concatenate([np.zeros(max(dim - len(sv), 0)), sv[:dim] ** 2])
+        elif par == "untied":
+            M = s["U"] @ s["V"].T
+            ev = np.linalg.eigvalsh(0.5 * (M + M.T))
+        else:
+            ev = np.linalg.eigvalsh(0.5 * (s["S"] + s["S"].T))
+        out[spec.names[k]] = np.sort(ev)
+    return out
+
+
 def test_loss(model, rng, samples: int = 4096, chunk: int = 1024) -> float:
     """Monte-Carlo mean of the per-sample loss on ``samples`` fresh samples drawn from ``rng``."""
     total, done = 0.0, 0

@@ -22,7 +22,7 @@ from ..errors import NumericalFailure
 from ..spec import Spec, SpecError, load_spec
 from ..symbolic.loss import build_loss
 from .init import draw_initial
-from .measure import column_names, order_parameters, test_loss
+from .measure import column_names, order_parameters, student_spectra, test_loss
 from .sgd import Model
 
 TEST_STREAM = 7919          # second entropy word of the test-loss stream
@@ -32,7 +32,10 @@ BOUND = 1e8                 # Tr S²/d beyond this counts as divergence
 
 @dataclass
 class SimulationResult:
-    """Seed-averaged table (``table[col]``, with ``<col>_sem``) and raw ``per_seed[col]`` (seeds, points)."""
+    """Seed-averaged table (``table[col]``, with ``<col>_sem``) and raw ``per_seed[col]`` (seeds, points).
+
+    ``spectra`` (only with ``simulate(..., spectra=True)``, else empty): student name → array
+    (seeds, points, d) of the sorted eigenvalues of that student's S at every measurement time."""
 
     spec: Spec
     dim: int
@@ -43,6 +46,7 @@ class SimulationResult:
     table: dict
     per_seed: dict
     info: dict = field(default_factory=dict)
+    spectra: dict = field(default_factory=dict)
 
     def to_csv(self, path) -> None:
         """Header of column names, one row per time point."""
@@ -144,6 +148,8 @@ def run_seed(seed: int, job: dict | None = None, report=None) -> dict:
     trng = np.random.default_rng([seed, TEST_STREAM])
     pot, names = job["potential"], job["potential_names"]
     rows, n, pending = [], 0, 0
+    want_spectra = bool(job.get("spectra"))
+    eigs = {spec.names[k]: [] for k in spec.students} if want_spectra else {}
     with np.errstate(all="ignore"):
         for target in job["steps"]:
             while n < target:
@@ -168,9 +174,15 @@ def run_seed(seed: int, job: dict | None = None, report=None) -> dict:
             row["loss"] = float(pot.value({k: row[k] for k in names})) if pot is not None else float("nan")
             row["test_loss"] = test_loss(model, trng, job["test_samples"]) if job["test_samples"] else float("nan")
             rows.append(row)
+            if want_spectra:
+                for name, ev in student_spectra(spec, model.state, d).items():
+                    eigs[name].append(ev)
     if report is not None and pending:
         report(pending)
-    return {c: np.array([r[c] for r in rows]) for c in rows[0]}
+    out = {c: np.array([r[c] for r in rows]) for c in rows[0]}
+    for name, evs in eigs.items():           # not a column: kept apart by the "spectra:" prefix
+        out[f"spectra:{name}"] = np.array(evs)
+    return out
 
 
 def _worker_init(threads):
@@ -192,14 +204,17 @@ def _worker(seed):
 
 # ---------------------------------------------------------------------------- driver
 def simulate(spec, dim, seeds=1, time=1.0, points=21, *, seed0=0, workers=None, progress=True,
-             test_samples=4096, potential=True, blas_threads=1) -> SimulationResult:
+             test_samples=4096, potential=True, blas_threads=1, spectra=False) -> SimulationResult:
     """Online SGD of ``spec`` at dimension ``dim`` for seeds seed0..seed0+seeds−1, measured at
     ``points`` times equally spaced on [0, time] (package time nα/d, snapped to whole steps).
 
     ``workers`` processes (default min(seeds, cores)) each run whole seeds with ``blas_threads``
     OpenBLAS threads (default 1 in every process, sequential runs included: the tables are then
     bit-identical whatever ``workers`` is, and a loaded machine does not stall on BLAS spin-waits).
-    ``test_samples`` fresh samples per point for ``test_loss`` (0: NaN); ``potential=False`` skips Φ."""
+    ``test_samples`` fresh samples per point for ``test_loss`` (0: NaN); ``potential=False`` skips Φ.
+    ``spectra=True`` also records the sorted eigenvalues of every student's S at every measurement
+    time (tied: squared singular values of W; direct: eigvalsh of S; untied: of (S + S^T)/2) as
+    ``result.spectra[name]``, shape (seeds, points, d); it does not change the SGD trajectories."""
     spec = load_spec(spec)
     dim = _int(dim, "--dim", 1)
     seeds = _int(seeds, "--seeds", 1)
@@ -229,7 +244,7 @@ def simulate(spec, dim, seeds=1, time=1.0, points=21, *, seed0=0, workers=None, 
         pot.calibrate({k: init[k] for k in names})
     seed_list = list(range(seed0, seed0 + seeds))
     job = dict(spec=spec, dim=dim, loss_grad=build_loss(spec).compile_gradient(), steps=steps,
-               potential=pot, potential_names=names, test_samples=test_samples)
+               potential=pot, potential_names=names, test_samples=test_samples, spectra=bool(spectra))
     bar = _Progress(n_total * seeds, progress)
     results, failures = {}, []
     old_threads = _blas_threads(blas_threads) if workers <= 1 else None
@@ -282,6 +297,9 @@ def simulate(spec, dim, seeds=1, time=1.0, points=21, *, seed0=0, workers=None, 
         table[f"{c}_sem"] = (per_seed[c].std(axis=0, ddof=1) / np.sqrt(seeds)) if seeds > 1 \
             else np.zeros(points)
     columns = ["time"] + meas + [f"{c}_sem" for c in meas]
+    eig = {spec.names[k]: np.stack([results[s][f"spectra:{spec.names[k]}"] for s in seed_list])
+           for k in spec.students} if spectra else {}
     return SimulationResult(spec=spec, dim=dim, seeds=seed_list, alpha=alpha, steps=steps, columns=columns,
                             table=table, per_seed=per_seed,
-                            info={"steps_total": n_total, "workers": workers, "epsilon": alpha * dim / spec.batch_size})
+                            info={"steps_total": n_total, "workers": workers, "epsilon": alpha * dim / spec.batch_size},
+                            spectra=eig)

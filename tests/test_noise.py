@@ -1,0 +1,393 @@
+"""SGD-noise corrections of the limit equations (THEORY.md §7, derive/noise.py) against SGD — issue 8.
+
+Two kinds of evidence, both at d = 100 and 200 (finite-size corrections are O(1/d)):
+
+1. The one-step generator at the sampled initial state. One tied step is exactly
+   S' = (I − 2αĜ)S(I − 2αĜ) (direct: S − αĜ), so the increment of a moment is a polynomial in α;
+   its even part, (d/α)·E[(Δ(α) + Δ(−α))/2], is the second-order (noise) drift and is compared
+   with the generated RHS(ε) − RHS(0) at the very same moments. This isolates the normalisation
+   (factors 2, 4, the batch 1/B, C ≠ I, label noise Δ, cross terms of several students).
+   Measured: ratio = 1 + c/d with c ≈ 13 (tied linear, L = 1) … 25 (L = 2, C ≠ I), limit 1.00(3).
+2. Short SGD trajectories (B = 1, several ε) from each seed's initial matrices against the theory
+   integrated from the same sampled moments (`init='sample'`), with and without the noise terms.
+
+Slow (`-m slow`) versions use more seeds, d = 400 and the h2 cases whose finite-size constant is
+large (≈ 200/d on the noise term, see `test_h2_noise_finite_size_slow`).
+"""
+from __future__ import annotations
+
+import time as _time
+import warnings
+
+import numpy as np
+import pytest
+
+from symattn import load_spec
+from symattn.derive import derive
+from symattn.integrate import integrate
+from symattn.simulate import Model, draw_initial, simulate
+
+COLS = ("tr_student", "q_student_student", "q_student_teacher")
+
+
+def make(act="linear", B=1, eps=0.1, student="tied", kappa=1.0, sigma=1.0, kappa_t=0.5, sigma_t=1.0, L=1,
+         cov=None, label_noise=0.0, M=4, beta=1.0, students=None):
+    model = {"tokens": L, "activation": act, "label_noise": label_noise}
+    if act == "softmax":
+        model["beta"] = beta
+    if cov is not None:
+        model["token_covariance"] = cov
+    if students is None:
+        st = {"name": "student", "role": "student", "parameterization": student, "init_scale": sigma}
+        if student == "tied":
+            st["width"] = kappa
+        students = [st]
+    te = {"name": "teacher", "role": "teacher", "parameterization": "tied", "width": kappa_t, "init_scale": sigma_t}
+    return load_spec({"name": "noise_test", "model": model, "indices": [*students, te],
+                      "training": {"batch_size": B, "noise_ratio": eps}, "theory": {"truncation": M}})
+
+
+# ---------------------------------------------------------------------------- 1. one-step generator
+def _dense(model):
+    return [(s["W"] @ s["W"].T) if p == "tied" else np.array(s["S"]) for s, p in zip(model.state, model.par)]
+
+
+def _ghat(model, X, xi):
+    """Batch-mean symmetrised ∂𝓛/∂S_k (the matrix Ĝ_k of derive/noise.py) of every student."""
+    B, L, d = X.shape
+    G, _ = model.forward(X)
+    _, e = model.loss_grad(G, xi)
+    out = {}
+    for k in model.spec.students:
+        s = 0.5 * (e[..., k] + e[..., k].transpose(0, 2, 1))
+        g = np.einsum("bij,bid,bje->de", s, X, X, optimize=True) / (B * np.sqrt(d))
+        g[np.diag_indices(d)] -= np.einsum("bij,ij->", s, model.C) / B / np.sqrt(d)
+        out[k] = g
+    return out
+
+
+def _moments(spec, Ss, d):
+    out = {}
+    for k in range(spec.K):
+        out[f"tr_{spec.names[k]}"] = np.trace(Ss[k]) / d
+        for l in range(k, spec.K):
+            out[f"q_{spec.names[k]}_{spec.names[l]}"] = np.sum(Ss[k] * Ss[l]) / d
+    return out
+
+
+def one_step_noise(spec, d, seeds=3, batches=150):
+    """{column: (measured even-part drift, its sem, theory noise term)} summed over seeds."""
+    system = derive(spec, 4)
+    alpha, eps = spec.step_size(d), spec.epsilon(d)
+    meas, var, theo = {}, {}, {}
+    for s in range(seeds):
+        model = Model(spec, d)
+        model.set_state(draw_initial(spec, d, np.random.default_rng(s)))
+        Ss = _dense(model)
+        m0 = _moments(spec, Ss, d)
+        rng = np.random.default_rng([s, 4242])
+        even = {c: [] for c in m0}
+        for _ in range(batches):
+            X, xi = model.sample(rng)
+            Gh = _ghat(model, X, xi)
+            moved = []
+            for a in (alpha, -alpha):
+                new = list(Ss)
+                for k, g in Gh.items():
+                    if model.par[k] == "tied":
+                        A = np.eye(d) - 2 * a * g
+                        new[k] = A @ Ss[k] @ A
+                    else:
+                        new[k] = Ss[k] - a * g
+                moved.append(_moments(spec, new, d))
+            for c in m0:
+                even[c].append(((moved[0][c] + moved[1][c]) / 2 - m0[c]) * d / alpha)
+        y0 = system.initial("sample", dim=d, seed=s)
+        r = system.rhs(0, y0, system.params(eps)) - system.rhs(0, y0, system.params(0.0))
+        for c in m0:
+            parts = c.split("_")
+            k = [spec.names.index(p) for p in parts[1:]]
+            word = tuple((i, "S") for i in k)
+            meas[c] = meas.get(c, 0.0) + np.mean(even[c]) / seeds
+            var[c] = var.get(c, 0.0) + np.var(even[c]) / batches / seeds**2
+            theo[c] = theo.get(c, 0.0) + r[system.index(word)] / seeds
+    return {c: (meas[c], np.sqrt(var[c]), theo[c]) for c in meas}
+
+
+ONE_STEP_CASES = {
+    "tied_linear_B4": dict(B=4, eps=0.1),
+    "direct_linear_label_noise": dict(student="direct", sigma=0.5, label_noise=0.3, B=2, eps=0.1),
+    "tied_linear_L2_C": dict(L=2, cov=[[1.0, 0.4], [0.4, 1.0]], B=4, eps=0.1),
+    "two_students_tied_direct_L2": dict(L=2, cov=[[1.0, -0.3], [-0.3, 0.8]], B=4, eps=0.1, students=[
+        {"name": "student", "role": "student", "parameterization": "tied", "width": 1.0, "init_scale": 0.8},
+        {"name": "s2", "role": "student", "parameterization": "direct", "init_scale": 0.6}]),
+    "two_tied_students_label_noise": dict(B=4, eps=0.1, label_noise=0.2, students=[
+        {"name": "student", "role": "student", "parameterization": "tied", "width": 1.0, "init_scale": 0.8},
+        {"name": "s2", "role": "student", "parameterization": "tied", "width": 0.5, "init_scale": 0.6}]),
+}
+
+
+@pytest.mark.parametrize("case", list(ONE_STEP_CASES))
+def test_one_step_noise_normalisation(case):
+    """Even (second-order) part of the exact one-step drift / generated noise term → 1 as 1/d → 0."""
+    spec = make(**ONE_STEP_CASES[case])
+    res = {d: one_step_noise(spec, d) for d in (100, 200)}
+    checked = 0
+    for c, (m1, s1, t1) in res[100].items():
+        if c.endswith("teacher_teacher") or c == "tr_teacher" or abs(t1) < 1e-12:
+            assert abs(m1) < 1e-9 if abs(t1) < 1e-12 else True      # no noise term ⇔ none measured
+            continue
+        m2, s2, t2 = res[200][c]
+        r1, r2 = m1 / t1, m2 / t2
+        e1, e2 = s1 / abs(t1), s2 / abs(t2)
+        ext, ext_err = 2 * r2 - r1, np.hypot(2 * e2, e1)
+        print(f"{case:32s} {c:22s} ratio d=100 {r1:.3f}±{e1:.3f}  d=200 {r2:.3f}±{e2:.3f}  1/d→0 {ext:.3f}±{ext_err:.3f}")
+        # O(1/d) excess (≈ 13/d … 25/d for these polynomial losses), shrinking with d
+        # (the even part is heavy-tailed: batch-to-batch spreads exceed the naive sem; keep margins)
+        assert 0.8 < r1 < 1.6 and 0.8 < r2 < 1.3, (c, r1, r2)
+        assert abs(ext - 1.0) < 3 * ext_err + 0.1, (c, ext, ext_err)
+        checked += 1
+    assert checked >= 1
+
+
+# ---------------------------------------------------------------------------- 2. SGD trajectories
+def trajectories(spec, d, seeds, T, M=4, points=2):
+    """Per observable at time T: sim − theory(ε) and sim − theory(0), per seed (sampled init)."""
+    system = derive(spec, M)
+    t0 = _time.time()
+    sim = simulate(spec, dim=d, seeds=seeds, time=T, points=points, progress=False, workers=1, test_samples=0,
+                   potential=False)
+    elapsed = _time.time() - t0
+    th = {0: [], 1: []}
+    valid = None
+    for s in range(seeds):
+        for j, eps in enumerate((0.0, spec.epsilon(d))):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                r = integrate(system, time=T, points=points, init="sample", dim=d, seed=s, epsilon=eps,
+                              check_truncation=(s == 0 and j == 1 and M > 2))
+            if s == 0 and j == 1:
+                valid = r.valid_until
+            th[j].append(r.table)
+    out = {}
+    for c in COLS:
+        x = sim.per_seed[c][:, -1]
+        t_eps = np.array([t[c][-1] for t in th[1]])
+        t_0 = np.array([t[c][-1] for t in th[0]])
+        out[c] = {"dev_eps": x - t_eps, "dev_0": x - t_0, "noise": t_eps - t_0,
+                  "change": x - sim.per_seed[c][:, 0]}
+    return out, elapsed, valid
+
+
+def check_against_sgd(label, spec, T, dims=(100, 200), seeds=3, M=4, rel_allow=0.35, min_miss=4.0):
+    """Noise-corrected theory agrees with SGD within sem + an O(1/d) allowance (or within the error
+    of the 1/d extrapolation); the noise-free theory misses by ≈ the noise term (asserted)."""
+    res = {}
+    for d in dims:
+        out, el, valid = trajectories(spec, d, seeds, T, M=M)
+        assert valid is None or valid >= T, f"{label}: truncation M={M} valid only until {valid} < {T}"
+        res[d] = out
+        print(f"{label} d={d} seeds={seeds} T={T} ε={spec.epsilon(d)} B={spec.batch_size} ({el:.1f} s)")
+    d1, d2 = dims[0], dims[-1]
+    resolved = []
+    for c in COLS:
+        stats = {}
+        for d in dims:
+            o = res[d][c]
+            n = len(o["dev_eps"])
+            stats[d] = (o["dev_eps"].mean(), o["dev_eps"].std(ddof=1) / np.sqrt(n), o["dev_0"].mean(),
+                        o["noise"].mean(), o["change"].mean())
+        (a1, s1, z1, n1, ch1), (a2, s2, z2, n2, ch2) = stats[d1], stats[d2]
+        x = 1.0 / np.array([d1, d2])
+        ext = (a2 * x[0] - a1 * x[1]) / (x[0] - x[1])
+        ext_err = np.hypot(s2 * x[0], s1 * x[1]) / (x[0] - x[1])
+        ext0 = (z2 * x[0] - z1 * x[1]) / (x[0] - x[1])
+        print(f"  {c:20s} Δ(T) {ch2:+.4g}  noise term {n2:+.4g} | sim−theory_ε: d={d1} {a1:+.3g}±{s1:.2g}, "
+              f"d={d2} {a2:+.3g}±{s2:.2g}, 1/d→0 {ext:+.3g}±{ext_err:.2g} | sim−theory_0: d={d1} {z1:+.3g}, "
+              f"d={d2} {z2:+.3g}, 1/d→0 {ext0:+.3g}")
+        noise = abs(n2)
+        # the noise-corrected theory: within errors + O(1/d) allowance at the larger d …
+        assert abs(a2) <= 3 * s2 + rel_allow * noise * (100.0 / d2), (label, c, a2, s2, noise)
+        # … or, equivalently, the 1/d extrapolation of the deviation is small against the noise term
+        assert abs(ext) <= 3 * ext_err + 0.25 * noise, (label, c, ext, ext_err, noise)
+        # the noise-free theory misses, by many error bars and by about the noise term, wherever the
+        # noise term is resolved by the seeds (SGD fluctuations ∝ √(εT), the noise term ∝ εT)
+        if noise > min_miss * s2:
+            resolved.append(c)
+            assert abs(z2) > 0.5 * min_miss * s2, (label, c, z2, s2)
+            assert abs(ext0) > 0.5 * noise, (label, c, ext0, noise)
+    print(f"  noise-free miss asserted on {resolved}")
+    assert resolved
+    return res
+
+
+@pytest.mark.parametrize("eps,T", [(0.1, 0.006), (0.25, 0.006)])
+def test_tied_linear_L1_sgd(eps, T):
+    check_against_sgd(f"tied linear L=1 ε={eps}", make(B=1, eps=eps), T)
+
+
+@pytest.mark.slow
+def test_tied_linear_L1_sgd_small_eps_slow():
+    # at ε = 0.01 the noise term (∝ εT) is resolved against SGD fluctuations (∝ √(εT)) only with many steps
+    check_against_sgd("tied linear L=1 ε=0.01", make(B=1, eps=0.01), 0.004, seeds=6)
+
+
+def test_direct_linear_L1_sgd():
+    # direct: only q_student_student carries a noise term (ε ν, ν = 2 tr(D²) + Δ)
+    spec = make(student="direct", sigma=0.5, B=1, eps=0.25, label_noise=0.2)
+    res = {}
+    for d in (100, 200):
+        res[d], el, _ = trajectories(spec, d, 4, 0.01)
+        print(f"direct linear d={d} ({el:.1f} s)")
+    for d in (100, 200):
+        o = res[d]["q_student_student"]
+        a, s = o["dev_eps"].mean(), o["dev_eps"].std(ddof=1) / np.sqrt(4)
+        z, n = o["dev_0"].mean(), o["noise"].mean()
+        print(f"  d={d} q_ss: noise term {n:+.4g}, sim−theory_ε {a:+.3g}±{s:.2g}, sim−theory_0 {z:+.3g}")
+        assert abs(a) <= 3 * s + 0.2 * abs(n) * 100 / d
+        assert abs(z) > 0.5 * abs(n) and abs(z) > 2 * s
+        for c in ("tr_student", "q_student_teacher"):        # no noise term, no miss
+            assert np.all(res[d][c]["noise"] == 0)
+
+
+def test_tied_kappa_equal_initial_slope_is_noise():
+    """κ = κ*, σ = σ*: the limit drift of q_student_teacher vanishes at t = 0 (free init); SGD's initial
+    slope equals the Itô term 4εν μ(S₁)μ(S₂) alone (2ε for this linear case)."""
+    eps = 0.25
+    spec = make(B=1, eps=eps, kappa=0.5)
+    system = derive(spec, 4)
+    y_free = system.initial("free")
+    i12 = system.index(((0, "S"), (1, "S")))
+    assert abs(system.rhs(0, y_free, system.params(0.0))[i12]) < 1e-12
+    limit = system.rhs(0, y_free, system.params(eps))[i12]
+    assert abs(limit - 2 * eps) < 1e-9              # 4εν μ(S)μ(S*) with ν = 2(q11+q22−2q12) = 2, μ = 1/2
+    T, seeds = 0.004, 8
+    for d in (100, 200):
+        out, el, _ = trajectories(spec, d, seeds, T)
+        o = out["q_student_teacher"]
+        slope = o["change"] / T
+        slope_noise_free = (o["change"] - o["dev_0"]) / T     # theory(0) at the sampled init
+        noise_part = slope - slope_noise_free
+        m, s = noise_part.mean(), noise_part.std(ddof=1) / np.sqrt(seeds)
+        print(f"κ=κ* d={d}: SGD slope {slope.mean():+.4f}±{slope.std(ddof=1) / np.sqrt(seeds):.4f}, noise-free theory "
+              f"{slope_noise_free.mean():+.4f}, excess {m:+.4f}±{s:.4f}, noise term {o['noise'].mean() / T:+.4f} "
+              f"(limit {limit:.4f}) [{el:.1f} s]")
+        assert abs(m - o["noise"].mean() / T) <= 3 * s + 0.3 * limit * 100 / d
+        assert m > 3 * s                                   # nonzero: the noise drives q_12 at t = 0
+
+
+def test_tied_h2_L1_sgd():
+    """h2: the noise term is large, and so is its finite-size correction (≈ +200/d relative, measured
+    with the exact-in-x Itô term up to d = 800). At d = 100, 200 the SGD deviation from the noise-corrected
+    theory is therefore ~1–2× the noise term but of the *same sign*, while the noise-free theory misses by
+    (1 + c/d)× the noise term; the limit ν itself is checked in the slow test."""
+    spec = make(act="h2", B=1, eps=0.1, sigma=0.6, sigma_t=0.6)
+    T = 0.004
+    for d in (100, 200):
+        out, el, valid = trajectories(spec, d, 3, T)
+        print(f"h2 d={d}: truncation valid until {valid}")
+        for c in COLS:
+            o = out[c]
+            a, z, n = o["dev_eps"].mean(), o["dev_0"].mean(), o["noise"].mean()
+            s = o["dev_eps"].std(ddof=1) / np.sqrt(3)
+            print(f"h2 d={d} {c:20s} noise term {n:+.4g}  sim−theory_ε {a:+.4g}±{s:.2g}  sim−theory_0 {z:+.4g} [{el:.1f} s]")
+            assert np.sign(z) == np.sign(n) and abs(z) > 5 * s      # noise-free theory misses, in the noise direction
+            assert abs(z) > abs(a)                                  # the noise term removes part of the miss
+
+
+def test_tied_softmax_L2_sgd():
+    spec = make(act="softmax", L=2, B=1, eps=0.25, M=4)
+    check_against_sgd("tied softmax L=2 ε=0.25", spec, 0.008, rel_allow=0.5)
+
+
+# ---------------------------------------------------------------------------- slow versions
+@pytest.mark.slow
+def test_h2_noise_finite_size_slow():
+    """Exact-in-x Monte Carlo of the single-sample Itô term of q_student_teacher for tied L=1 h2
+    (σ = σ* = 1, κ = 1, κ* = 1/2): E[s² Tr((xxᵀ−I)S(xxᵀ−I)S*)]/d² / (ν tr S tr S*) → 1 as d → ∞.
+    Measured 3.53 (d=100), 2.22 (200), 1.53 (400), 1.21 (800): (ratio − 1)·d ≈ 250 → 170."""
+    spec = make(act="h2", B=64, eps=0.01)
+    system = derive(spec, 2)
+    ratios = {}
+    for d in (400, 800):
+        vals = []
+        for seed in range(2):
+            m = Model(spec, d)
+            st = draw_initial(spec, d, np.random.default_rng(seed))
+            m.set_state(st)
+            S, T = st[0]["W"] @ st[0]["W"].T, st[1]["W"] @ st[1]["W"].T
+            trS, trT, trST, SST = np.trace(S), np.trace(T), np.sum(S * T), S @ T
+            rng = np.random.default_rng(seed + 100)
+            acc = []
+            for _ in range(10):
+                X = rng.standard_normal((2000, d))
+                a, b = np.einsum("nd,nd->n", X @ S, X), np.einsum("nd,nd->n", X @ T, X)
+                G = np.zeros((2000, 1, 1, 2))
+                G[:, 0, 0, 0], G[:, 0, 0, 1] = (a - trS) / np.sqrt(d), (b - trT) / np.sqrt(d)
+                s = m.loss_grad(G, None)[1][:, 0, 0, 0]
+                acc.append(s**2 * (a * b - 2 * np.einsum("nd,nd->n", X @ SST, X) + trST) / d**2)
+            y0 = system.initial("sample", dim=d, seed=seed)
+            nu = system.nu[(0, 0)].value(y0[system.theta_words])
+            vals.append(np.concatenate(acc).mean() / (nu * trS / d * trT / d))
+        ratios[d] = float(np.mean(vals))
+    ext = 2 * ratios[800] - ratios[400]
+    print(f"h2 Itô ratio: d=400 {ratios[400]:.3f}, d=800 {ratios[800]:.3f}, 1/d→0 {ext:.3f}")
+    assert ratios[800] < ratios[400]
+    assert abs(ext - 1.0) < 0.3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("eps,T", [(0.1, 0.006), (0.25, 0.006)])
+def test_tied_linear_L1_sgd_slow(eps, T):
+    check_against_sgd(f"tied linear L=1 ε={eps} (200, 400)", make(B=1, eps=eps), T, dims=(200, 400), seeds=4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("eps", [0.01, 0.1])
+def test_tied_softmax_L2_sgd_slow(eps):
+    T = 0.02 if eps > 0.05 else 0.004
+    check_against_sgd(f"tied softmax L=2 ε={eps}", make(act="softmax", L=2, B=1, eps=eps, M=4), T, rel_allow=0.5)
+
+
+# ---------------------------------------------------------------------------- 3. compare --dims
+def test_extrapolate_linear_in_inverse_d():
+    from symattn.compare import extrapolate
+    t = np.linspace(0, 1, 5)
+    tabs = {}
+    for d in (50, 100, 200):
+        tabs[d] = {"time": t + 1e-4 / d, "x": 2 * t + 3.0 / d, "x_sem": np.full(5, 0.01 * np.sqrt(100 / d))}
+    ext = extrapolate(tabs)
+    assert np.allclose(ext["x"], 2 * ext["time"], atol=1e-6)
+    assert np.allclose(ext["x_slope"], 3.0, atol=1e-3)
+    assert np.all(ext["x_sem"] > 0.01) and np.all(np.isfinite(ext["x_sem"]))
+    two = extrapolate({100: tabs[100], 200: tabs[200]})
+    # two dims: a = 2 y_200 − y_100 exactly, se = hypot(2 s_200, s_100)
+    assert np.allclose(two["x_sem"], np.hypot(2 * 0.01 * np.sqrt(0.5), 0.01))
+    with pytest.raises(ValueError):
+        extrapolate({100: tabs[100]})
+
+
+def test_compare_dims_cli(tmp_path):
+    import json
+
+    from symattn.cli import main
+    spec = tmp_path / "lin.toml"
+    spec.write_text('name = "lin"\n[model]\ntokens = 1\nactivation = "linear"\n'
+                    '[[indices]]\nname = "student"\nrole = "student"\nparameterization = "tied"\nwidth = 1.0\n'
+                    'init_scale = 0.7\n[[indices]]\nname = "teacher"\nrole = "teacher"\nparameterization = "tied"\n'
+                    'width = 0.5\ninit_scale = 0.7\n[training]\nbatch_size = 8\nnoise_ratio = 0.1\n'
+                    '[theory]\ntruncation = 4\n')
+    out = tmp_path / "cmp"
+    assert main(["compare", str(spec), "--dims", "30,60", "--seeds", "2", "--time", "0.01", "--points", "3",
+                 "--out", str(out)]) == 0
+    for f in ("simulation_d30.csv", "simulation_d60.csv", "extrapolated.csv", "theory.csv", "comparison.png",
+              "summary.json"):
+        assert (out / f).exists(), f
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["dims"] == [30, 60]
+    ext = summary["extrapolated"]["all"]["q_student_student"]
+    assert ext["max_dev_over_sem"] is not None and ext["max_abs_dev"] < 0.05
+    assert main(["compare", str(spec)]) == 2                             # neither --dim nor --dims
+    assert main(["compare", str(spec), "--dim", "30", "--dims", "30,60"]) == 2
+    assert main(["compare", str(spec), "--dims", "30"]) == 2
+    assert main(["compare", str(spec), "--dims", "30,abc"]) == 2
