@@ -142,7 +142,7 @@ def _gauss_expect(integrand, theta, P, mu0, mut, cov0, covt, rule, stein):
     mu_y = P @ mu
     lam, Q = np.linalg.eigh(P @ cov @ P.T)
     lam = np.clip(lam, 0.0, None)
-    y = mu_y[:, None] + (Q * np.sqrt(lam)) @ z
+    y = mu_y[:, None] + ((Q * np.sqrt(lam)) @ Q.T) @ z
     vals = integrand(P.T @ y)
     Ef = w @ vals[0]
     g = vals[1:1 + nv]
@@ -162,7 +162,7 @@ def _gauss_value(integrand, theta, P, mu0, mut, cov0, covt, rule):
     mu = mu0 + theta @ mut
     cov = cov0 + np.tensordot(theta, covt, axes=1)
     lam, Q = np.linalg.eigh(P @ cov @ P.T)
-    y = (P @ mu)[:, None] + (Q * np.sqrt(np.clip(lam, 0.0, None))) @ z
+    y = (P @ mu)[:, None] + ((Q * np.sqrt(np.clip(lam, 0.0, None))) @ Q.T) @ z
     return w @ integrand(P.T @ y)[0]
 '''
 

@@ -11,6 +11,7 @@ off-diagonal entry is half the derivative in the single symmetric variable. For 
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -124,6 +125,9 @@ class GaussianExpectation:
             self.order, self.error = adaptive_order(self.quad_terms, self.theta(values), tol or self.tol,
                                                     start=self.start_order, relative=self.relative,
                                                     max_nodes=self.max_nodes)
+            if not self.error <= (tol or self.tol) * 10:
+                warnings.warn(f"quadrature reached only ~{self.error:.1e} (asked {tol or self.tol:.0e}) at "
+                              f"{self.order} nodes per dimension: the node cap was hit", RuntimeWarning, stacklevel=2)
         return self.order, self.error
 
     def value_and_gradient(self, values):
