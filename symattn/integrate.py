@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.integrate import solve_ivp
 
+from .errors import NumericalFailure
+
 BLOWUP = 1e6
 
 
@@ -76,8 +78,11 @@ def solve(system, y0, time: float, points: int, epsilon: float = 0.0, rtol=None,
         return BLOWUP - np.max(np.abs(y)) if np.all(np.isfinite(y)) else -1.0
     blowup.terminal = True
 
-    sol = solve_ivp(mod.rhs, (0.0, time), np.asarray(y0, dtype=float), t_eval=t_eval, args=(params,),
-                    method="DOP853", rtol=rtol, atol=atol, events=blowup)
+    try:
+        sol = solve_ivp(mod.rhs, (0.0, time), np.asarray(y0, dtype=float), t_eval=t_eval, args=(params,),
+                        method="DOP853", rtol=rtol, atol=atol, events=blowup)
+    except (ValueError, ArithmeticError, np.linalg.LinAlgError) as exc:   # e.g. no slaved mean (untied)
+        raise NumericalFailure(f"integration of the M={system.truncation} system failed: {exc}") from None
     Y = sol.y.T
     diverged = None
     if sol.status == 1 or sol.status == -1 or not np.all(np.isfinite(Y)):

@@ -22,7 +22,8 @@ import numpy as np
 
 from ..spec import Spec, load_spec
 from ..symbolic.words import Alphabet, word_name
-from .noise import noise_terms, nu_expectations, nu_name
+from .noise import (fill_noise_coefficients, noise_coefficient_lines, noise_expectation_items, noise_terms,
+                    nu_expectations, nu_names)
 from .potential import Potential
 
 
@@ -38,7 +39,7 @@ class MomentSystem:
     terms: np.ndarray              # structured: row, c1, c2, key, val
     theta_words: list              # word index of every potential parameter (Potential.names order)
     potential: Potential
-    nu: dict = field(default_factory=dict)    # (k, l) -> GaussianExpectation of ν_kl (derive.noise)
+    nu: dict = field(default_factory=dict)    # name -> GaussianExpectation of ν (derive.noise)
 
     @property
     def size(self) -> int:
@@ -68,8 +69,7 @@ class MomentSystem:
         coef = np.zeros(len(self.coef_names))
         coef[0], coef[1] = 1.0, params[0]
         coef[2:2 + K * K] = grads.gamma.reshape(-1)
-        for (k, l), E in self.nu.items():
-            coef[self.coef_names.index(nu_name(k, l))] = params[1] * E.value(theta)
+        fill_noise_coefficients(coef, self.coef_names, self.nu, theta, params[1])
         return coef
 
     def coefficient_lines(self) -> list:
@@ -78,10 +78,7 @@ class MomentSystem:
         K = self.spec.K
         lines = ["    coef[1] = params[0]"] + gamma_lines(self.potential)
         lines += [f"    coef[{2 + k * K + l}] = gamma[{k}, {l}]" for k in range(K) for l in range(K)]
-        for k, l in self.nu:
-            fn = nu_name(k, l) + ("_cached" if self.nu[(k, l)].quad_terms else "")
-            lines.append(f"    coef[{self.coef_names.index(nu_name(k, l))}] = params[1] * {fn}(theta)")
-        return lines
+        return lines + noise_coefficient_lines(self.coef_names, self.nu)
 
     kind = "direct/tied moment hierarchy"
     supports_noise = True
@@ -124,10 +121,9 @@ class MomentSystem:
         from ..initial import free_moments
 
         theta0 = free_moments(self.spec, self.words)[self.theta_words]
-        for E in [self.potential, *self.nu.values()]:
-            if E.quad_terms and E.order is None:
-                E.calibrate(theta0)
-        nus = [(E, nu_name(k, l), nu_name(k, l).replace("_", "")) for (k, l), E in self.nu.items()]
+        if self.potential.quad_terms and self.potential.order is None:
+            self.potential.calibrate(theta0)
+        nus = noise_expectation_items(self.nu, theta0)
         return module_source(self, self.kind, self.coefficient_lines(), expectations=nus)
 
     def module(self):
@@ -192,9 +188,8 @@ def pack_terms(acc) -> np.ndarray:
 
 
 def symmetric_coef_names(spec) -> list:
-    K, st = spec.K, spec.students
-    nus = [nu_name(k, l) for a, k in enumerate(st) for l in st[a:]]
-    return ["1", "gamma"] + [f"Gamma_{k}_{l}" for k in range(K) for l in range(K)] + nus
+    K = spec.K
+    return ["1", "gamma"] + [f"Gamma_{k}_{l}" for k in range(K) for l in range(K)] + nu_names(spec)
 
 
 def derive_symmetric(spec, truncation: int | None = None, potential: Potential | None = None,

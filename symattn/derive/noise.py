@@ -1,19 +1,27 @@
 """Second-order (Itô) SGD-noise terms of the moment hierarchies at noise ratio ε = αd/B (THEORY.md §7).
 
-Per step a trainable letter moves by its drift plus a fluctuation linear in δ_k = Ĝ_k − E Ĝ_k,
-where Ĝ_k is the batch-mean symmetrised gradient ∂𝓛/∂S_k: tied S' = (I − 2αĜ)S(I − 2αĜ), so
-the fluctuation forms are −2α(δS + Sδ); direct S' = S − αĜ, form −αδ. With e = ∂𝓛/∂G of
-one sample and s^k = sym e_{··k}, the per-sample G_k = Σ_ij s^k_ij x_i x_jᵀ/√d gives, at leading
-order in 1/d,
+Per step a trainable letter moves by its drift plus a fluctuation linear in δ_k = Ĥ_k − E Ĥ_k,
+Ĥ_k the batch-mean gradient ∂𝓛/∂S_k (symmetrised for tied and direct indices):
 
-    E Tr(X δ_k Y δ_l)/d = (ν_kl/B) tr X tr Y,      ν_kl = E tr_L(s^k C s^l C),
-    E[δ_k S δ_k] = (ν_kk/B) tr(S) I.
+    tied    S' = (I − 2αĤ)S(I − 2αĤ)       forms −2α(δS + Sδ),     second order 4α² δSδ
+    direct  S' = S − αĤ                     form  −αδ
+    untied  U' = U − αĤV, V' = V − αĤᵀU    M: −α(δB + Aδ), Mᵀ: −α(Bδᵀ + δᵀA),
+                                            A: −α(δMᵀ + Mδᵀ), B: −α(δᵀM + Mᵀδ);
+                                            second order δMᵀδ, δᵀMδᵀ, δBδᵀ, δᵀAδ.
 
-With d/α steps per unit package time these become, on dμ_w/dt,
-  * pair contractions: for letters i < j of w = a X₁ b X₂ (cyclically) with forms
-    (L_a, R_a, c_a), (L_b, R_b, c_b):  ε ν_kl c_a c_b μ(R_a X₁ L_b) μ(R_b X₂ L_a)  — a word splits in two;
-  * the Itô drift of a tied letter (4α² ĜSĜ):  4 ε ν_kk μ(S_k) μ(w ∖ i).
-Everything is zero-truncated at M like the drift.
+With e^k = ∂𝓛/∂G_{··k} of one sample (s^k = sym e^k for a symmetric index), the per-sample
+H_k = Σ_ij e^k_ij x_i x_jᵀ/√d gives, at leading order in 1/d,
+
+    E Tr(X δ_k Y δ_l)/d  = (ν1_kl/B) tr X tr Y,    ν1_kl = E tr(e^k C e^l C),
+    E Tr(X δ_k Y δ_lᵀ)/d = (ν2_kl/B) tr X tr Y,    ν2_kl = E tr(e^k C e^lᵀ C),
+    E[δ_k Y δ_k] = (ν1_kk/B) tr(Y) I,   E[δ_k Y δ_kᵀ] = E[δ_kᵀ Y δ_k] = (ν2_kk/B) tr(Y) I.
+
+For a pair with a symmetric member ν1 = ν2 =: ν (one constant, named ``nu``). With d/α steps per
+unit package time these become, on dμ_w/dt,
+  * pair contractions: letters i < j of w = a X₁ b X₂ (cyclically) with forms (L_a, δ_a, R_a, c_a),
+    (L_b, δ_b, R_b, c_b):  ε ν c_a c_b μ(R_a X₁ L_b) μ(R_b X₂ L_a) — the word splits in two;
+  * the second order of one letter (the "Itô drift"), e.g. tied 4 ε ν_kk μ(S_k) μ(w ∖ i).
+Everything is zero-truncated at M like the drift. Checked against SGD (``tests/test_noise.py``).
 """
 from __future__ import annotations
 
@@ -26,19 +34,48 @@ from ..symbolic.loss import g_symbol
 from .potential import GaussianExpectation
 
 
-def fluctuation_forms(par: str, k: int) -> list:
-    """(left letters, right letters, coefficient/α) of the first-order fluctuation of S_k."""
-    S = (k, "S")
+def fluctuation_forms(par: str, letter) -> list:
+    """(left letters, 'd' for δ or 't' for δᵀ, right letters, coefficient/α) of a letter's fluctuation."""
+    k, op = letter
     if par == "tied":
-        return [((), (S,), -2.0), ((S,), (), -2.0)]
+        S = (k, "S")
+        return [((), "d", (S,), -2.0), ((S,), "d", (), -2.0)]
     if par == "direct":
-        return [((), (), -1.0)]
-    raise NotImplementedError(f"noise terms of a {par} index")
+        return [((), "d", (), -1.0)]
+    M, T, A, B = (k, "S"), (k, "T"), (k, "A"), (k, "B")
+    return {"S": [((), "d", (B,), -1.0), ((A,), "d", (), -1.0)],
+            "T": [((B,), "t", (), -1.0), ((), "t", (A,), -1.0)],
+            "A": [((), "d", (T,), -1.0), ((M,), "t", (), -1.0)],
+            "B": [((), "t", (M,), -1.0), ((T,), "d", (), -1.0)]}[op]
 
 
-def nu_name(k: int, l: int) -> str:
+def second_order(par: str, letter) -> list:
+    """(coefficient/α², kinds, middle letters) of the second-order term δ_a·middle·δ_b of one letter."""
+    k, op = letter
+    if par == "tied":
+        return [(4.0, "dd", ((k, "S"),))]
+    if par == "direct":
+        return []
+    return {"S": [(1.0, "dd", ((k, "T"),))], "T": [(1.0, "tt", ((k, "S"),))],
+            "A": [(1.0, "dt", ((k, "B"),))], "B": [(1.0, "td", ((k, "A"),))]}[op]
+
+
+def nu_name(spec, k: int, l: int, kinds: str = "dd") -> str:
+    """Coefficient name of the contraction of δ_k and δ_l: nu (a symmetric member), else nu1 / nu2."""
     a, b = sorted((k, l))
-    return f"nu_{a}_{b}"
+    if spec.indices[a].symmetric or spec.indices[b].symmetric:
+        return f"nu_{a}_{b}"
+    return f"nu{1 if kinds[0] == kinds[1] else 2}_{a}_{b}"
+
+
+def nu_names(spec) -> list:
+    """All noise coefficients of a spec's trainable pairs."""
+    st, out = spec.students, []
+    for x, k in enumerate(st):
+        for l in st[x:]:
+            names = [nu_name(spec, k, l, "dd"), nu_name(spec, k, l, "dt")]
+            out += list(dict.fromkeys(names))
+    return out
 
 
 def _terms(expr):
@@ -46,41 +83,48 @@ def _terms(expr):
 
 
 def nu_expectations(potential, tol: float = 2e-2) -> dict:
-    """ν_kl = E tr(s^k C s^l C) for trainable k ≤ l, as GaussianExpectation objects (THEORY §7).
+    """ν (or ν1, ν2) of every trainable pair as GaussianExpectation objects, keyed by name.
 
-    ν enters at O(ε) next to O(1/d) finite-size effects (≈ 13/d, §7), so a non-polynomial ν is
-    calibrated to a relative tolerance of 2e-2 only (value only, no derivatives): the error it
-    leaves on the drift is ≤ 2% of an O(ε) term. Polynomial losses give ν in closed form.
+    ν enters at O(ε) next to O(1/d) finite-size effects, so a non-polynomial ν is calibrated to a
+    relative tolerance of 2e-2 only (value only, no derivatives): the error it leaves on the
+    drift is ≤ 2% of an O(ε) term. Polynomial losses give ν in closed form.
     """
     spec, loss = potential.spec, potential.loss
     L, C = spec.tokens, rational_matrix(spec.covariance)
-    sym = {}
+    mat = {}
     for k in spec.students:
         e = [[sp.diff(loss.expr, g_symbol(i, j, k)) for j in range(L)] for i in range(L)]
-        sym[k] = [[(e[i][j] + e[j][i]) / 2 for j in range(L)] for i in range(L)]
+        if spec.indices[k].symmetric:
+            e = [[(e[i][j] + e[j][i]) / 2 for j in range(L)] for i in range(L)]
+        mat[k] = e
     out = {}
-    for a, k in enumerate(spec.students):
-        for l in spec.students[a:]:
-            terms = []
-            for i in range(L):
-                for j in range(L):
-                    for i2 in range(L):
-                        for j2 in range(L):
-                            c = C[j][i2] * C[j2][i]
-                            if c == 0:
-                                continue
-                            for t1 in _terms(sym[k][i][j]):
-                                for t2 in _terms(sym[l][i2][j2]):
-                                    terms.append(c * t1 * t2)
-            out[(k, l)] = GaussianExpectation(spec, terms, tol=tol, gauss=potential.gauss, gradient=False,
-                                              relative=True, start_order=9, max_nodes=200_000)
+    for x, k in enumerate(spec.students):
+        for l in spec.students[x:]:
+            for kinds in ("dd", "dt"):
+                name = nu_name(spec, k, l, kinds)
+                if name in out:
+                    continue
+                el = mat[l] if kinds == "dd" else [list(r) for r in zip(*mat[l])]
+                terms = []
+                for i in range(L):
+                    for j in range(L):
+                        for i2 in range(L):
+                            for j2 in range(L):
+                                c = C[j][i2] * C[j2][i]          # tr(e^k C e^l C)
+                                if c == 0:
+                                    continue
+                                for t1 in _terms(mat[k][i][j]):
+                                    for t2 in _terms(el[i2][j2]):
+                                        terms.append(c * t1 * t2)
+                out[name] = GaussianExpectation(spec, terms, tol=tol, gauss=potential.gauss, gradient=False,
+                                                relative=True, start_order=9, max_nodes=200_000)
     return out
 
 
 def noise_terms(spec, words, alphabet, coef_index, truncation) -> dict:
     """Sparse quadratic terms (row, c1, c2, key) -> value of the ε-corrections (module docstring)."""
     index = {w: n for n, w in enumerate(words)}
-    trainable = {k: spec.indices[k].parameterization for k in spec.students}
+    par = {k: spec.indices[k].parameterization for k in spec.students}
     acc = defaultdict(float)
 
     def col(word):
@@ -88,24 +132,46 @@ def noise_terms(spec, words, alphabet, coef_index, truncation) -> dict:
             return None
         return index[alphabet.canonical(tuple(word))]
 
+    def add(row, c1, c2, key, val):
+        if c1 is not None and c2 is not None:
+            a, b = sorted((c1, c2))
+            acc[(row, a, b, coef_index[key])] += val
+
     for row, w in enumerate(words):
-        pos = [i for i, (k, op) in enumerate(w) if k in trainable]
-        for i in pos:                                   # Itô drift of a tied letter
+        pos = [i for i, (k, op) in enumerate(w) if k in par]
+        for i in pos:                                   # second order of one letter
             k = w[i][0]
-            if trainable[k] == "tied":
-                rest = col(w[:i] + w[i + 1:])
-                if rest is not None:
-                    a, b = sorted((rest, col(((k, "S"),))))
-                    acc[(row, a, b, coef_index[nu_name(k, k)])] += 4.0
+            for c, kinds, middle in second_order(par[k], w[i]):
+                add(row, col(w[:i] + w[i + 1:]), col(middle), nu_name(spec, k, k, kinds), c)
         for x, i in enumerate(pos):                      # pair contractions
             for j in pos[x + 1:]:
                 k, l = w[i][0], w[j][0]
                 X1, X2 = w[i + 1:j], w[j + 1:] + w[:i]
-                for La, Ra, ca in fluctuation_forms(trainable[k], k):
-                    for Lb, Rb, cb in fluctuation_forms(trainable[l], l):
-                        c1, c2 = col(Ra + X1 + Lb), col(Rb + X2 + La)
-                        if c1 is None or c2 is None:
-                            continue
-                        a, b = sorted((c1, c2))
-                        acc[(row, a, b, coef_index[nu_name(k, l)])] += ca * cb
+                for La, ta, Ra, ca in fluctuation_forms(par[k], w[i]):
+                    for Lb, tb, Rb, cb in fluctuation_forms(par[l], w[j]):
+                        add(row, col(Ra + X1 + Lb), col(Rb + X2 + La), nu_name(spec, k, l, ta + tb), ca * cb)
     return acc
+
+
+# ---- shared by every system that carries noise coefficients (coef[name] = ε·ν(θ)) ----
+def fill_noise_coefficients(coef, coef_names, nu: dict, theta, epsilon: float):
+    """Reference implementation: coef[name] = ε ν(θ) for every noise coefficient."""
+    for name, E in nu.items():
+        coef[coef_names.index(name)] = epsilon * E.value(theta)
+
+
+def noise_coefficient_lines(coef_names, nu: dict) -> list:
+    """Generated-code version of :func:`fill_noise_coefficients` (params[1] = ε)."""
+    lines = []
+    for name, E in nu.items():
+        fn = name + ("_cached" if E.quad_terms else "")
+        lines.append(f"    coef[{coef_names.index(name)}] = params[1] * {fn}(theta)")
+    return lines
+
+
+def noise_expectation_items(nu: dict, theta0) -> list:
+    """(expectation, function name, tag) for codegen, quadrature calibrated at θ0."""
+    for E in nu.values():
+        if E.quad_terms and E.order is None:
+            E.calibrate(theta0)
+    return [(E, name, name.replace("_", "")) for name, E in nu.items()]

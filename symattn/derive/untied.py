@@ -45,6 +45,8 @@ from ..errors import NumericalFailure
 from ..spec import Spec, load_spec
 from ..symbolic.words import Alphabet, word_name
 from .hierarchy import apply_flows, pack_terms
+from .noise import (fill_noise_coefficients, noise_coefficient_lines, noise_expectation_items, noise_terms,
+                    nu_expectations, nu_names)
 from .potential import Potential
 
 NEWTON_TOL = 1e-12
@@ -125,10 +127,11 @@ class UntiedSystem:
     theta_words: list                 # state index of every potential parameter (Potential.names order)
     potential: Potential
     mean_indices: list                # untied k, in spec order; state entry n_moments + j
+    nu: dict = field(default_factory=dict)   # name -> GaussianExpectation of ν, ν1, ν2 (derive.noise)
     notes: list = field(default_factory=list)
 
     kind = "untied fast-mean/slow-moment hierarchy"
-    supports_noise = False
+    supports_noise = True
 
     def __post_init__(self):
         self._index = {w: i for i, w in enumerate(self.words)}
@@ -162,7 +165,7 @@ class UntiedSystem:
         return np.array([self.spec.weight_decay, epsilon])
 
     def retruncate(self, M: int):
-        return derive_untied(self.spec, M, potential=self.potential)
+        return derive_untied(self.spec, M, potential=self.potential, nu=self.nu)
 
     # ---------------------------------------------------------------- slaved means (reference)
     def _gm(self, theta):
@@ -221,7 +224,7 @@ class UntiedSystem:
         """Reference (NumPy) coefficients; the generated module computes the same."""
         y = np.asarray(y, dtype=float)
         K = self.spec.K
-        _, gr = self.gradients(y)
+        theta, gr = self.gradients(y)
         psi = self.psi(y, gr)
         coef = np.zeros(len(self.coef_names))
         coef[0], coef[1] = 1.0, params[0]
@@ -232,6 +235,7 @@ class UntiedSystem:
         coef[o:o + K * K] = gr.omega.reshape(-1)
         coef[o + K * K:o + 2 * K * K] = gr.psi.reshape(-1)
         coef[o + 2 * K * K:o + 3 * K * K] = gr.gamma.reshape(-1)
+        fill_noise_coefficients(coef, self.coef_names, self.nu, theta, params[1])
         return coef
 
     def rhs(self, t, y, params):
@@ -408,7 +412,7 @@ class UntiedSystem:
                 parts.append(f"GP[{k}, {l}] * (mu[{self.index((Tl, B))}] + mu[{self.index((A, Tl))}])")
             lines.append(f"    psi = 2.0 * ({' + '.join(parts)})")
             lines.append(f"    coef[{2 + k}] = -psi / (mu[{self.index((A,))}] + mu[{self.index((B,))}])")
-        return lines
+        return lines + noise_coefficient_lines(self.coef_names, self.nu)
 
     def extra_source(self) -> str:
         jit = "" if self.potential.quad_terms else "@njit(cache=True)\n"
@@ -524,10 +528,11 @@ def rhs(t, mu, params):
     def source(self) -> str:
         from ..codegen.emit import module_source
         P = self.potential
+        theta0 = self.pre_fast_state("free")[self.theta_words]
         if P.quad_terms and P.order is None:
-            y0 = self.pre_fast_state("free")
-            P.calibrate(y0[self.theta_words])
-        text = module_source(self, self.kind, self.coefficient_lines(), extra=self.extra_source())
+            P.calibrate(theta0)
+        nus = noise_expectation_items(self.nu, theta0)
+        text = module_source(self, self.kind, self.coefficient_lines(), extra=self.extra_source(), expectations=nus)
         return text + self.rhs_source()
 
     def module(self):
@@ -538,16 +543,20 @@ def rhs(t, mu, params):
 
 
 # ------------------------------------------------------------------------------------ derive
-def derive_untied(spec, truncation: int | None = None, potential: Potential | None = None) -> UntiedSystem:
+def derive_untied(spec, truncation: int | None = None, potential: Potential | None = None,
+                  nu: dict | None = None) -> UntiedSystem:
     """The untied slow hierarchy of a spec with at least one untied index (THEORY §6)."""
     spec = load_spec(spec)
     M = truncation or spec.truncation
     P = potential or Potential(spec)
     alphabet = Alphabet([ix.symmetric for ix in spec.indices])
     words = [()] + alphabet.words(M)
-    coef_names = untied_coef_names(spec.K)
+    coef_names = untied_coef_names(spec.K) + nu_names(spec)
     cidx = {n: i for i, n in enumerate(coef_names)}
     acc = apply_flows(words, alphabet, untied_letter_flows(spec, cidx), M)
+    for key, val in noise_terms(spec, words, alphabet, cidx, M).items():
+        acc[key] += val
+    nu = nu if nu is not None else nu_expectations(P)
     index = {w: i for i, w in enumerate(words)}
     mean_indices = [k for k, ix in enumerate(spec.indices) if not ix.symmetric]
     mean_state = {k: len(words) + j for j, k in enumerate(mean_indices)}
@@ -562,7 +571,7 @@ def derive_untied(spec, truncation: int | None = None, potential: Potential | No
         second = "T" if kind == "q1" else "S"
         lb = (b, "S") if alphabet.symmetric[b] else (b, second)
         theta_words.append(index[alphabet.canonical(((a, "S"), lb))])
-    return UntiedSystem(spec, M, alphabet, words, coef_names, pack_terms(acc), theta_words, P, mean_indices)
+    return UntiedSystem(spec, M, alphabet, words, coef_names, pack_terms(acc), theta_words, P, mean_indices, nu)
 
 
 # ------------------------------------------------------------------------------------ fast phase
