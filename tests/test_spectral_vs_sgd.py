@@ -42,16 +42,18 @@ from symattn.spectral import plot_spectra, solve_spectral
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 K_SEM = 4.0
-# Measured (4 seeds; spectral N = 200 reference, its err_N subtracted):
-#   h2, ε = 0.002: max over columns/time of (|dev| − 4 sem − err)/(1 + |v|) = 0.048 (d = 50), 0.034 (d = 100);
-#   the ε-part, from ε = 0.001 vs 0.002 at d = 50, ≈ 0.5 × the d = 100 residual.
-#   softmax, ε = 0.01: see CASES.
+# Measured (spectral N = 200 reference; "resid" = max over time of (|dev| − 4 sem − err_N)/(1 + |v|)):
+#   h2, ε = 0.002, horizon 0.06: max |dev| of p_student_student 0.142 (d = 50), 0.076 (d = 100) — it halves
+#     with d, i.e. finite-d dominated (≈ 7/d); resid up to 0.064 (d = 50, loss), 0.045 (d = 100, p_ss).
+#     Hence ALLOW_D = 5 (0.1 at d = 50, 0.05 at d = 100) and ALLOW_EPS = 0.01 for the ε-part that does not
+#     decay with d (THEORY §7: at ε = 0.002 the initial drift is still ≈ 2–3 % below the ε → 0 limit).
+#   softmax, ε = 0.01, horizon 0.6: max |dev| ≤ 0.02 at d = 50, resid ≤ 0.004; ALLOW_D = 1, ALLOW_EPS = 0.01.
 CASES = {
     "h2": dict(file="tied_h2_L1.toml", eps=0.002, allow_d=5.0, allow_eps=0.01, size=200,
                default=dict(dims=(50, 100), seeds=(4, 2), time=0.06, points=13),
                slow=dict(dims=(100, 200), seeds=(4, 4), time=0.1, points=21, size=400)),
     "softmax": dict(file="tied_softmax_L2.toml", eps=0.01, allow_d=1.0, allow_eps=0.01, size=200,
-                    default=dict(dims=(100,), seeds=(2,), time=0.4, points=9),
+                    default=dict(dims=(100,), seeds=(2,), time=0.3, points=7),
                     slow=dict(dims=(100, 200), seeds=(4, 4), time=1.0, points=11, size=400)),
 }
 KS_ALLOW_D = 3.0            # KS finite-d allowance ALLOW/d (measured h2: KS·d ≈ 5.5 at d=50, 6.5 at d=100)
@@ -159,19 +161,22 @@ def _check_hierarchy(case, slow):
     T = s["time"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        hier = integrate(system, time=T, points=_fine_points(s["points"], 10), epsilon=0.0)
+        hier = integrate(system, time=T / 4, points=_fine_points(s["points"], 20) // 4 + 1, epsilon=0.0)
     ends = [x for x in (hier.diverged_at, hier.valid_until) if x is not None]
-    assert ends and min(ends) < T / 2, f"{case}: the hierarchy is valid over the whole horizon; nothing beyond it is tested"
+    assert ends and min(ends) < T / 4, f"{case}: the hierarchy is valid over the whole horizon; nothing beyond it is tested"
     until = min(ends)
-    # a fine common grid on [0, until]
-    Tw = until
-    n = 41
+    # common grid on [0, until]: the whole-curve spectral solution when it has enough rows there,
+    # else a short dedicated solve
+    sw = _spectral(case, T, _fine_points(s["points"]), s["size"]).table
+    Tw, n = T, len(sw["time"])
+    if np.count_nonzero(sw["time"] < until) < 5:
+        Tw, n = until, 21
+        sw = _spectral(case, Tw, n, s["size"]).table
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         hw = integrate(system, time=Tw, points=n, epsilon=0.0, check_truncation=False).table
-    sw = _spectral(case, Tw, n, s["size"]).table
-    m = len(hw["time"]) - 1          # the last row may sit on the divergence itself
-    assert m >= 10
+    m = min(len(hw["time"]) - 1, int(np.count_nonzero(sw["time"] < until)))   # rows strictly inside
+    assert m >= 5
     print(f"\n[{case}] hierarchy M={system.truncation}: diverged_at={hier.diverged_at}, valid_until={hier.valid_until}; "
           f"compared on [0, {hw['time'][m - 1]:.4g}]")
     for col in ("tr_student", "q_student_student", "q_student_teacher", "p_student_teacher", "loss"):
