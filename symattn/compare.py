@@ -88,7 +88,9 @@ def compare(spec, dim: int, seeds: int = 4, time: float = 1.0, points: int = 21,
     extra = {}
     if method == "spectral":
         from .spectral import solve_spectral
-        th = solve_spectral(spec, time=time, points=max(points, 51), size=size)
+        eps = spec.epsilon(dim) if noise else 0.0
+        th = solve_spectral(spec, time=time, points=max(points, 51), size=size, epsilon=eps or None,
+                            noise_realisations=4, noise_antithetic=eps > 0)
         theory_table, info = th.table, {"method": "spectral", "size": size}
     else:
         system = derive(spec, truncation)
@@ -184,7 +186,9 @@ def compare_dims(spec, dims, seeds: int = 4, time: float = 1.0, points: int = 21
     extra = {}
     if method == "spectral":
         from .spectral import solve_spectral
-        th = solve_spectral(spec, time=time, points=max(points, 51), size=size)
+        eps = spec.epsilon(dim) if noise else 0.0
+        th = solve_spectral(spec, time=time, points=max(points, 51), size=size, epsilon=eps or None,
+                            noise_realisations=4, noise_antithetic=eps > 0)
         theory_table, info = th.table, {"method": "spectral", "size": size}
     else:
         system = derive(spec, truncation)

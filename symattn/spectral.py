@@ -28,6 +28,38 @@ N³ work is matrix products (BLAS).
 
 Finite-N error: the same flow at N and N/2 (independent rotations); ``<col>_err = |f(N) − f(N/2)|``
 estimates the O(1/N) error of f(N).
+
+SGD noise (optional, ``epsilon = ε = αd/B > 0``; THEORY §7, ``derive/noise.py``). Route chosen: a
+*matrix-level Gaussian-equivalent stochastic flow*. Of the batch-gradient fluctuation δ_k only its
+second moments enter the O(ε) limit, ``E Tr(X δ_k Y δ_l)/d → (ν_kl/B) tr X tr Y``, so δ is replaced
+by a symmetric Gaussian (GOE-like) matrix with exactly these second moments; summed over the d·dt/α
+SGD steps of a time step dt the fluctuation α·δ becomes dΞ_k with
+
+    E Tr(X dΞ_k Y dΞ_l)/N = ε ν_kl(q) dt · tr X tr Y   (leading order in 1/N).
+
+For a GOE, ``E[Ξ_ab Ξ_cd] = s²(δ_ac δ_bd + δ_ad δ_bc)`` gives ``E Tr(XΞYΞ) = s²(Tr X Tr Y + Tr XYᵀ)``
+and ``E[ΞYΞ] = s²(Tr Y·I + Y)``, hence ``s² = ε ν dt / N``: ``dΞ_k = √(ε dt/N) Σ_m C_km Z_m`` with
+independent ``Z_m = (G + Gᵀ)/√2`` (G i.i.d. N(0, 1), so ``E[Z_ab Z_cd] = δ_ac δ_bd + δ_ad δ_bc``) and
+``C Cᵀ = ν`` (Cholesky of the trainable ν matrix at the current q; eigenvalue-clipped square root if
+ν is not numerically positive definite). One step of size dt (Lie splitting, weak order 1 in dt):
+RK4 step of the deterministic drift above, then the exact SGD-shaped noise map
+
+    tied    W_k ← (I − 2 dΞ_k) W_k      ⇔  S_k ← (I − 2dΞ_k) S_k (I − 2dΞ_k)
+    direct  S_k ← S_k − dΞ_k
+
+with ν evaluated at the start of the step (Itô). The Itô drift is then automatic:
+``E[(I − 2dΞ)S(I − 2dΞ)] = S + 4 E[dΞ S dΞ] = S + 4εν_kk dt (tr(S) I + S/N)``, i.e.
+``4εν_kk tr(S_k) I`` of the hierarchy up to O(1/N); the pair contractions of two insertions
+(``E Tr(X dΞ Y dΞ)/N``) reproduce the hierarchy's split words in the same way. Why this route:
+it is the SGD update itself with Gaussian fluctuations of the right covariance, so it carries the
+O(ε) physics at all times without truncation (and keeps S = WWᵀ PSD and of fixed rank), while
+an effective *deterministic* matrix ODE cannot: the pair-contraction terms act on trace moments as
+products of two traces, which no single-matrix ODE of S reproduces for all words.
+The price: trace moments of one noise realisation fluctuate at O(1/N) (√dt/N per step, linear
+in dΞ); ``noise_realisations = R`` averages R independent noise paths on the same initial
+matrices and reports their standard error in ``info['noise_sem']``. The leading-order physics
+needs εν·dt ≪ 1 and N ≫ 1 only; O(1/N) terms (e.g. the 4εν S/N above) are finite-size effects of
+the same order as the ones the deterministic solver has already.
 """
 from __future__ import annotations
 
@@ -416,6 +448,154 @@ def _integrate(spec, P, N, seed, times, method, rtol, atol, spectra=True):
     return table, {n: np.array(v) for n, v in spec_rows.items()}, flow.nevals
 
 
+# ============================================================================ SGD noise (stochastic flow)
+class _Noise:
+    """Gaussian-equivalent SGD noise of the trainable indices (module docstring, "SGD noise")."""
+
+    def __init__(self, flow: _Flow, nu: dict, epsilon: float, rng, sign: float = 1.0):
+        from .derive.noise import nu_name
+
+        self.flow, self.eps, self.rng, self.sign = flow, float(epsilon), rng, float(sign)
+        spec = flow.spec
+        tr = flow.train
+        self.names = [[nu_name(spec, k, l, "dd") for l in tr] for k in tr]
+        self.nu = nu
+
+    def nu_matrix(self, q) -> np.ndarray:
+        """ν_kl(q) over the trainable indices (spec order of ``flow.train``)."""
+        theta = self.flow.values(q)
+        n = len(self.flow.train)
+        V = np.zeros((n, n))
+        cache = {}
+        for i in range(n):
+            for j in range(n):
+                name = self.names[i][j]
+                if name not in cache:
+                    cache[name] = float(self.nu[name].value(theta))
+                V[i, j] = cache[name]
+        return V
+
+    @staticmethod
+    def factor(V: np.ndarray) -> np.ndarray:
+        """C with C Cᵀ = V (Cholesky; eigenvalue-clipped symmetric root if not positive definite)."""
+        try:
+            return np.linalg.cholesky(V)
+        except np.linalg.LinAlgError:
+            w, U = np.linalg.eigh(0.5 * (V + V.T))
+            return U * np.sqrt(np.clip(w, 0.0, None))[None, :]
+
+    def increments(self, C: np.ndarray, dt: float, N: int) -> list:
+        """dΞ_k (N×N symmetric) for every trainable k, ``E Tr(X dΞ_k Y dΞ_l)/N ≈ ε ν_kl dt trX trY``."""
+        n = C.shape[0]
+        scale = self.sign * math.sqrt(self.eps * dt / N)
+        Z = []
+        for _ in range(n):
+            G = self.rng.standard_normal((N, N))
+            Z.append((G + G.T) * (scale / math.sqrt(2.0)))
+        out = []
+        for i in range(n):
+            acc = np.zeros((N, N))
+            for m in range(n):
+                if C[i, m] != 0.0:
+                    acc += C[i, m] * Z[m]
+            out.append(acc)
+        return out
+
+    def apply(self, mats: list, dXi: list) -> list:
+        """The SGD-shaped noise map: tied W ← (I − 2dΞ)W, direct S ← S − dΞ."""
+        out = list(mats)
+        for i, k in enumerate(self.flow.train):
+            M = mats[k]
+            if M.kind == "factor":
+                out[k] = Mat("factor", M.value - 2.0 * (dXi[i] @ M.value))
+            else:
+                out[k] = Mat("dense", M.value - dXi[i])
+        return out
+
+
+def _rk4(f, t, y, h):
+    k1 = f(t, y)
+    k2 = f(t + 0.5 * h, y + 0.5 * h * k1)
+    k3 = f(t + 0.5 * h, y + 0.5 * h * k2)
+    k4 = f(t + h, y + h * k3)
+    return y + (h / 6.0) * (k1 + 2.0 * k2 + 2.0 * k3 + k4)
+
+
+def _integrate_noisy(spec, P, nu, N, seed, times, epsilon, rng, dt_max, spectra=True, sign=1.0):
+    """One noise path of the stochastic flow (Lie splitting: RK4 drift, then the noise map)."""
+    mats = initial_realisation(spec, N, seed)
+    flow = _Flow(spec, mats, N, P)
+    if P.quad_terms:
+        P.calibrate(flow.values(flow.order_parameters(mats, 0.0)[0]))
+    noise = _Noise(flow, nu, epsilon, rng, sign)
+    theta0 = flow.values(flow.order_parameters(mats, 0.0)[0])
+    for E in nu.values():                  # non-polynomial ν: quadrature order chosen at the start
+        if E.quad_terms and E.order is None:
+            E.calibrate(theta0)
+    rows, spec_rows = [], {spec.names[k]: [] for k in spec.students}
+
+    def record(y, t):
+        row, sp_ = flow.observe(y, t)
+        rows.append(row)
+        if spectra:
+            for n, ev in sp_.items():
+                spec_rows[n].append(ev)
+
+    y = flow.pack()
+    t = float(times[0])
+    record(y, t)
+    steps = 0
+    for t1 in times[1:]:
+        t1 = float(t1)
+        nsub = max(1, int(math.ceil((t1 - t) / dt_max - 1e-9)))
+        h = (t1 - t) / nsub
+        for _ in range(nsub):
+            cur = flow.unpack(y)
+            q, _ = flow.order_parameters(cur, t)                  # raises beyond _BLOWUP
+            C = noise.factor(noise.nu_matrix(q))                  # Itô: ν at the start of the step
+            with np.errstate(over="ignore", invalid="ignore"):
+                y = _rk4(flow.rhs, t, y, h)
+            if not np.all(np.isfinite(y)):
+                raise NumericalFailure(f"spectral flow: NaN/inf at time {t + h:.6g}", t + h)
+            dXi = noise.increments(C, h, N)
+            flow.mats = noise.apply(flow.unpack(y), dXi)
+            y = flow.pack()
+            t += h
+            steps += 1
+        t = t1
+        flow.order_parameters(flow.unpack(y), t)
+        record(y, t)
+    table = {c: np.array([r[c] for r in rows]) for c in rows[0]}
+    return table, {n: np.array(v) for n, v in spec_rows.items()}, flow.nevals, steps
+
+
+def _noisy_average(spec, P, nu, N, seed, times, epsilon, noise_seed, dt_max, realisations, spectra=True,
+                   antithetic=False):
+    """Mean over noise paths and its standard error (antithetic: paths 2j, 2j+1 use ±dΞ of one
+    stream; the error is then that of the R/2 pair means)."""
+    tables, first_spectra, nev, steps = [], None, 0, 0
+    for r in range(realisations):
+        j, sign = (r // 2, (-1.0) ** r) if antithetic else (r, 1.0)
+        rng = np.random.default_rng(np.random.SeedSequence([int(noise_seed), int(N), j, 0x5eed]))
+        tab, sp_, ne, st = _integrate_noisy(spec, P, nu, N, seed, times, epsilon, rng, dt_max,
+                                            spectra=spectra and r == 0, sign=sign)
+        tables.append(tab)
+        nev += ne
+        steps += st
+        if r == 0:
+            first_spectra = sp_
+    table, sem = {}, {}
+    for c in tables[0]:
+        arr = np.array([tb[c] for tb in tables])
+        table[c] = arr.mean(axis=0)
+        if c != "time":
+            if antithetic:
+                arr = 0.5 * (arr[0::2] + arr[1::2])
+            n = arr.shape[0]
+            sem[c] = arr.std(axis=0, ddof=1) / math.sqrt(n) if n > 1 else np.full(arr.shape[1], np.nan)
+    return table, first_spectra, nev, steps, sem
+
+
 # ============================================================================ result
 @dataclass
 class SpectralResult:
@@ -468,13 +648,25 @@ class SpectralResult:
 
 def solve_spectral(spec, time: float = 1.0, points: int = 51, size: int = 1000, seed: int = 0,
                    error_estimate: bool = True, method: str = "DOP853", rtol: float = 1e-8,
-                   atol: float | None = None, potential=None) -> SpectralResult:
+                   atol: float | None = None, potential=None, epsilon: float | None = None,
+                   noise_seed: int | None = None, noise_dt: float = 1e-3,
+                   noise_realisations: int = 1, noise_antithetic: bool = False) -> SpectralResult:
     """Integrate the d → ∞ flow at matrix level on a size-N realisation (module docstring).
 
     Returns the theory columns (``time`` = package time nα/d, ``tr_a``, ``q_a_b``, ``p_a_b``,
     ``loss``), with ``error_estimate`` also ``<col>_err`` = |f(N) − f(N/2)|, and ``spectra``:
     student name → (points × N) sorted eigenvalues. Raises NumericalFailure(message, time) on
-    divergence and SpecError for untied indices."""
+    divergence and SpecError for untied indices.
+
+    ``epsilon`` (noise ratio ε = αd/B; None or 0: the deterministic flow, unchanged) adds the
+    O(ε) SGD noise as the Gaussian-equivalent stochastic flow of the module docstring, integrated
+    with fixed steps ≤ ``noise_dt`` (RK4 drift + noise map; ``method``/``rtol``/``atol`` are then
+    unused) from the noise stream ``noise_seed`` (default ``seed``). ``noise_realisations`` = R
+    independent noise paths on the same initial matrices are averaged (spectra: the first path);
+    ``info['noise_sem']``: column → standard error of that mean (NaN for R = 1). With
+    ``noise_antithetic`` (R even) the paths come in pairs driven by ±dΞ, which cancels the
+    leading O(√dt/N)-per-step fluctuation of the mean (the error is that of the R/2 pair means). The N/2 error
+    estimate uses its own R paths, so ``<col>_err`` then also contains the O(1/(N√R)) noise spread."""
     from .derive.potential import Potential
 
     spec = load_spec(spec)
@@ -490,14 +682,45 @@ def solve_spectral(spec, time: float = 1.0, points: int = 51, size: int = 1000, 
     times = np.linspace(0.0, float(time), int(points)) if points > 1 else np.array([float(time)])
     if points == 1:
         times = np.array([0.0, float(time)])
-    table, spectra, nev = _integrate(spec, P, size, seed, times, method, rtol, atol)
+    noisy = epsilon is not None and float(epsilon) != 0.0
+    if noisy:
+        epsilon = float(epsilon)
+        if not (epsilon > 0 and math.isfinite(epsilon)):
+            raise SpecError(f"epsilon {epsilon}: the noise ratio must be a finite number >= 0")
+        if not (noise_dt > 0 and math.isfinite(noise_dt)):
+            raise SpecError(f"noise_dt {noise_dt}: must be a finite number > 0")
+        if int(noise_realisations) < 1:
+            raise SpecError(f"noise_realisations {noise_realisations}: must be >= 1")
+        if noise_antithetic and int(noise_realisations) % 2:
+            raise SpecError(f"noise_realisations {noise_realisations}: must be even with noise_antithetic")
+        from .derive.noise import nu_expectations
+        nu = nu_expectations(P)
+        nseed = int(seed if noise_seed is None else noise_seed)
+        R = int(noise_realisations)
+
+        def run(n, want_spectra=True):
+            tab, sp_, nev_, steps_, sem_ = _noisy_average(spec, P, nu, n, seed, times, epsilon, nseed,
+                                                          float(noise_dt), R, spectra=want_spectra,
+                                                          antithetic=bool(noise_antithetic))
+            return tab, sp_, nev_, {"noise_steps": steps_, "noise_sem": sem_}
+    else:
+        def run(n, want_spectra=True):
+            tab, sp_, nev_ = _integrate(spec, P, n, seed, times, method, rtol, atol, spectra=want_spectra)
+            return tab, sp_, nev_, {}
+    table, spectra, nev, extra = run(size)
     info = {"rhs_evaluations": nev, "method": method, "rtol": rtol}
+    if noisy:
+        info.update({"method": "stochastic RK4+noise (Lie splitting)", "rtol": None, "epsilon": epsilon,
+                     "noise_seed": nseed, "noise_dt": float(noise_dt), "noise_realisations": R,
+                     "noise_antithetic": bool(noise_antithetic),
+                     "noise_steps": extra["noise_steps"],
+                     "noise_sem": {c: (v[-1:] if points == 1 else v) for c, v in extra["noise_sem"].items()}})
     if points == 1:
         table = {c: v[-1:] for c, v in table.items()}
         spectra = {n: v[-1:] for n, v in spectra.items()}
     if error_estimate:
         nhalf = max(4, 2 * (size // 4))      # even, so that an atom of mass ½ is resolved alike
-        half, _, nev2 = _integrate(spec, P, nhalf, seed, times, method, rtol, atol, spectra=False)
+        half, _, nev2, _ = run(nhalf, False)
         if points == 1:
             half = {c: v[-1:] for c, v in half.items()}
         for c in list(table):
@@ -578,6 +801,8 @@ def add_spectral_arguments(parser):
     if "--out" not in have:
         parser.add_argument("--out", default=None)
     parser.add_argument("--size", type=int, default=1000, help="spectral: matrix size N (default 1000)")
+    parser.add_argument("--realisations", type=int, default=4,
+                        help="spectral with SGD noise (ε > 0): antithetic noise paths averaged (default 4)")
     parser.add_argument("--spectra", default=None, metavar="FILE",
                         help="spectral: write eigenvalue quantiles per time to FILE (CSV)")
     parser.add_argument("--spectra-full", action="store_true", help="spectral: all N eigenvalues in --spectra")
@@ -592,8 +817,10 @@ def run_spectral_from_args(spec, args) -> SpectralResult:
     --spectra and --spectra-plot. Returns the result."""
     spec = load_spec(spec)
     g = lambda n, d: getattr(args, n, d) if getattr(args, n, None) is not None else d  # noqa: E731
+    eps = 0.0 if g("noise", "on") == "off" else spec.epsilon(g("dim", None))
     res = solve_spectral(spec, time=g("time", 1.0), points=g("points", 51), size=g("size", 1000),
-                         seed=g("seed", 0), error_estimate=not getattr(args, "no_error_estimate", False))
+                         seed=g("seed", 0), error_estimate=not getattr(args, "no_error_estimate", False),
+                         epsilon=eps or None, noise_realisations=g("realisations", 4), noise_antithetic=eps > 0)
     out = g("out", None) or f"{spec.name}_spectral.csv"
     res.to_csv(out)
     if getattr(args, "spectra", None):
