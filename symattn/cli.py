@@ -57,7 +57,7 @@ def cmd_potential(args):
         print(f"Γ[{k}] = {v:.12g}")
 
 
-def _positive(name, value, integer=False):
+def _positive(name, value):
     if value is None:
         return None
     if value <= 0:
