@@ -73,33 +73,38 @@ def plot(theory: dict, sim: dict, path, title="", extra: dict | None = None, sim
     plt.close(fig)
 
 
+def theory_for(spec, time, points, truncation, init, dim, noise, method, size):
+    """(theory table, info, extra curves) of ``compare``: the moment hierarchy (with the curve without
+    SGD noise as an extra) or the spectral solver, at the spec's ε (its d-free value when dim is None)."""
+    from .derive import derive
+    from .integrate import integrate
+
+    eps = spec.epsilon(dim) if noise else 0.0
+    if method == "spectral":
+        from .spectral import solve_spectral
+        th = solve_spectral(spec, time=time, points=max(points, 51), size=size, epsilon=eps or None,
+                            noise_realisations=4, noise_antithetic=eps > 0)
+        return th.table, {"method": "spectral", "size": size, "epsilon": eps}, {}
+    system = derive(spec, truncation)
+    res = integrate(system, time=time, points=max(points, 101), init=init, dim=dim, epsilon=eps)
+    extra = {}
+    if eps > 0 and getattr(system, "supports_noise", False):
+        extra["theory ε→0"] = integrate(system, time=time, points=max(points, 101), init=init, dim=dim,
+                                        epsilon=0.0, check_truncation=False).table
+    return res.table, {"method": "moments", **res.summary()}, extra
+
+
 def compare(spec, dim: int, seeds: int = 4, time: float = 1.0, points: int = 21, out=None, truncation=None,
             init="free", noise: bool = True, method: str = "moments", size: int = 1000, workers=None,
             progress=True) -> dict:
     """Run theory and simulation on one time grid; write the CSVs, figure and summary to ``out``."""
     from . import simulate as _simulate
-    from .derive import derive
-    from .integrate import integrate
     from .spec import load_spec
 
     spec = load_spec(spec)
     sim = _simulate(spec, dim=dim, seeds=seeds, time=time, points=points, workers=workers, progress=progress)
     sim_table = sim.table
-    extra = {}
-    if method == "spectral":
-        from .spectral import solve_spectral
-        eps = spec.epsilon(dim) if noise else 0.0
-        th = solve_spectral(spec, time=time, points=max(points, 51), size=size, epsilon=eps or None,
-                            noise_realisations=4, noise_antithetic=eps > 0)
-        theory_table, info = th.table, {"method": "spectral", "size": size}
-    else:
-        system = derive(spec, truncation)
-        eps = spec.epsilon(dim) if noise else 0.0
-        res = integrate(system, time=time, points=max(points, 101), init=init, dim=dim, epsilon=eps)
-        theory_table, info = res.table, {"method": "moments", **res.summary()}
-        if noise and eps > 0 and getattr(system, "supports_noise", False):
-            extra["theory ε→0"] = integrate(system, time=time, points=max(points, 101), init=init, dim=dim,
-                                            epsilon=0.0, check_truncation=False).table
+    theory_table, info, extra = theory_for(spec, time, points, truncation, init, dim, noise, method, size)
     until = info.get("truncation_valid_until") or info.get("diverged_at")
     summary = {"spec": spec.name, "dim": dim, "seeds": seeds, "time": time, "theory": info,
                "columns": deviations(theory_table, sim_table),
@@ -169,8 +174,6 @@ def compare_dims(spec, dims, seeds: int = 4, time: float = 1.0, points: int = 21
     (max over time of |theory − extrapolation| and of that in units of the extrapolation's error).
     """
     from . import simulate as _simulate
-    from .derive import derive
-    from .integrate import integrate
     from .spec import SpecError, load_spec
 
     spec = load_spec(spec)
@@ -183,21 +186,7 @@ def compare_dims(spec, dims, seeds: int = 4, time: float = 1.0, points: int = 21
     sims = {d: _simulate(spec, dim=d, seeds=seeds, time=time, points=points, workers=workers,
                          progress=progress).table for d in dims}
     ext = extrapolate(sims)
-    extra = {}
-    if method == "spectral":
-        from .spectral import solve_spectral
-        eps = spec.epsilon(dim) if noise else 0.0
-        th = solve_spectral(spec, time=time, points=max(points, 51), size=size, epsilon=eps or None,
-                            noise_realisations=4, noise_antithetic=eps > 0)
-        theory_table, info = th.table, {"method": "spectral", "size": size}
-    else:
-        system = derive(spec, truncation)
-        eps = spec.epsilon() if noise else 0.0
-        res = integrate(system, time=time, points=max(points, 101), init="free", epsilon=eps)
-        theory_table, info = res.table, {"method": "moments", **res.summary()}
-        if noise and eps > 0 and getattr(system, "supports_noise", False):
-            extra["theory ε→0"] = integrate(system, time=time, points=max(points, 101), init="free",
-                                            epsilon=0.0, check_truncation=False).table
+    theory_table, info, extra = theory_for(spec, time, points, truncation, "free", None, noise, method, size)
     until = info.get("truncation_valid_until") or info.get("diverged_at")
 
     def both(sim):

@@ -1,5 +1,7 @@
 """Errors the command line reports in one line (INTERFACE.md): bad input (exit 2), numerical failure (exit 3)."""
-from .spec import SpecError  # noqa: F401  (re-exported)
+from .spec import SpecError
+
+__all__ = ["SpecError", "NumericalFailure"]
 
 
 class NumericalFailure(RuntimeError):

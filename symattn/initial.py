@@ -46,7 +46,6 @@ def sample_moments(spec, words, dim: int, seed: int = 0) -> np.ndarray:
 
 def initial_order_parameters(spec) -> dict:
     """Free-probability values of the order parameters of Φ (names as in ``Potential.names``)."""
-    from .derive.potential import Potential  # noqa: F401  (names only)
     from .symbolic.gaussian import OrderParameters
 
     spec = load_spec(spec)
