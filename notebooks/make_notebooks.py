@@ -61,7 +61,7 @@ def report(theory, sim, cols, until=None, label=""):
 
 
 T_START = time.time()
-print("QUICK =", QUICK)'''
+print("QUICK =", QUICK, "| symattn", symattn.__version__, "from", Path(symattn.__file__).parent)'''
 
 
 FOOTER = 'print(f"notebook run time: {time.time() - T_START:.1f} s (QUICK={QUICK})")'
@@ -205,6 +205,9 @@ with warnings.catch_warnings():
     th6 = integrate(sys6, time=T, points=61, dim=D)
     th6s, info6s = sampled_theory(sys6)
     th0s, _ = sampled_theory(sys6, epsilon=0.0, check_truncation=False)
+# beyond the window: the all-time spectral solver of the same d → ∞ flow (ε = 0, free start)
+from symattn.spectral import solve_spectral
+thsp = solve_spectral(spec, time=T, points=31, size=100 if QUICK else 400, error_estimate=False)
 print("free start, M=4: valid_until", th4.valid_until, "diverged_at", th4.diverged_at)
 print("free start, M=6: valid_until", th6.valid_until, "diverged_at", th6.diverged_at)
 print("sampled start (seed 0), M=6: valid_until", info6s.valid_until)
@@ -218,13 +221,16 @@ _ = report(th6.table, sim.table, cols, until)
 print(f"deviations, M = 6 with ε-terms, started from each seed's sampled moments, up to {until or T}:")
 dev = report(th6s, sim.table, cols, until)
 print("same, ε = 0 (paper limit):")
-_ = report(th0s, sim.table, cols, until)'''),
+_ = report(th0s, sim.table, cols, until)
+print(f"spectral solver (ε = 0, free start), whole run to {T}:")
+_ = report(thsp.table, sim.table, cols)'''),
     code('''fig, axes = plt.subplots(1, 4, figsize=(15, 3.2))
 for ax, c in zip(axes, cols):
     ax.plot(th4.table["time"], th4.table[c], "C1--", label="M = 4")
     ax.plot(th6.table["time"], th6.table[c], "C0-", label="M = 6 (ε terms), free start")
     ax.plot(th6s["time"], th6s[c], "C4-", label="M = 6 (ε terms), sampled start")
     ax.plot(th0s["time"], th0s[c], "C2:", label="M = 6, ε = 0, sampled start")
+    ax.plot(thsp.table["time"], thsp.table[c], "k--", lw=1, label="spectral solver, ε = 0")
     ax.errorbar(sim.table["time"], sim.table[c], yerr=sim.table[c + "_sem"], fmt="o", ms=3, color="C3", label=f"SGD d={D}")
     if th6.valid_until:
         ax.axvline(th6.valid_until, color="grey", lw=0.8)
@@ -266,7 +272,7 @@ q11, q22, t1, t2 = 2.0, 0.75, 1.0, 0.5
 
 def point(q12, q11=q11):
     return {"q_student_student": q11, "q_student_teacher": q12, "q_teacher_teacher": q22}'''),
-    code('''n = 13 if QUICK else 41
+    code('''n = 9 if QUICK else 41
 qs = np.linspace(-1.0, 1.0, n)
 fig, axes = plt.subplots(2, 4, figsize=(15, 6), sharex=True)
 rows = []
@@ -294,7 +300,7 @@ for act, gd, gt, gu, gut in rows:
     print(f"{act:10s} {gd:18.3e} {gt:19.3e} {gu:18.3e} {gut:20.3e}")'''),
     md("""Φ and −∇Φ over (q₁₁, q₁₂) (feasible region q₁₂² ≤ q₁₁q₂₂). The flows move *along* −Γ only through the
 matrix dynamics (THEORY §4–5), but the picture shows where Φ is flat in the q₁₂ direction."""),
-    code('''m = 9 if QUICK else 21
+    code('''m = 7 if QUICK else 21
 A, B = np.meshgrid(np.linspace(0.2, 3.0, m), np.linspace(-1.2, 1.2, m))
 fig, axes = plt.subplots(1, 4, figsize=(16, 3.8))
 for ax, (act, L) in zip(axes, ACTS):
@@ -446,11 +452,12 @@ axes[0].legend(fontsize=7)
 fig.tight_layout(); savefig(fig); plt.show()'''),
     md("""## Part B — Fig. 1: tied softmax, L = 2
 `examples/tied_softmax_L2.toml`: student κ = σ = 1, teacher κ* = 0.5, σ* = 1, B = 512, ε = 0.01 (paper: d = 400,
-ε ≈ 0.008). Truncations M = 2, 4, 6 with the ε terms, against SGD."""),
+ε ≈ 0.008). Truncations M = 2, 4, 6 with the ε terms, the spectral solver (ε = 0), against SGD. (M = 2 cannot move
+q₁₁: its drift needs the length-3 word μ(S₁S₁S_l), which the zero truncation at M = 2 sets to 0.)"""),
     code('''D2 = 40 if QUICK else 100
 SEEDS2 = 1 if QUICK else 2
 T2 = 0.1 if QUICK else 0.5
-Ms2 = [2, 4] if QUICK else [2, 4, 6]
+Ms2 = [4] if QUICK else [2, 4, 6]
 sm = {}
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -461,19 +468,41 @@ with warnings.catch_warnings():
 t0 = time.time()
 sim_s = symattn.simulate(EX / "tied_softmax_L2.toml", dim=D2, seeds=SEEDS2, time=T2, points=11, progress=False, test_samples=0)
 print(f"SGD d = {D2}, {SEEDS2} seeds, {sim_s.info['steps_total']} steps/seed: {time.time() - t0:.1f} s")
+t0 = time.time()
+sp_s = solve_spectral(EX / "tied_softmax_L2.toml", time=T2, points=11 if QUICK else 26, size=60 if QUICK else 300,
+                      error_estimate=False)
+print(f"spectral solver (ε = 0): {time.time() - t0:.1f} s")
 cols2 = ["tr_student", "q_student_student", "p_student_teacher", "loss"]
+win = sm[Ms2[-1]].valid_until
 for M in Ms2:
-    print(f"--- M = {M} vs SGD:")
-    _ = report(sm[M].table, sim_s.table, cols2)'''),
+    print(f"--- M = {M} vs SGD, whole run:")
+    _ = report(sm[M].table, sim_s.table, cols2)
+    if win:
+        print(f"--- M = {M} vs SGD, inside the window τ ≤ {win} (M = {Ms2[-1]} vs M = {Ms2[-1] - 2}):")
+        _ = report(sm[M].table, sim_s.table, cols2, win)
+print("--- spectral solver (ε = 0) vs SGD, whole run:")
+_ = report(sp_s.table, sim_s.table, cols2)'''),
     code('''fig, axes = plt.subplots(1, 4, figsize=(16, 3.5))
 for ax, c_ in zip(axes, cols2):
     for M in Ms2:
         ax.plot(sm[M].table["time"], sm[M].table[c_], "-", label=f"M = {M}")
+    ax.plot(sp_s.table["time"], sp_s.table[c_], "k--", lw=1, label="spectral (ε = 0)")
+    if win:
+        ax.axvline(win, color="grey", lw=0.8)
     ax.errorbar(sim_s.table["time"], sim_s.table[c_], yerr=sim_s.table[c_ + "_sem"], fmt="o", ms=3, color="k", label=f"SGD d={D2}")
     ax.set_title(c_); ax.set_xlabel("time nα/d")
 axes[0].legend(fontsize=7)
 fig.suptitle("tied softmax L = 2 (paper Fig. 1)")
 fig.tight_layout(); savefig(fig); plt.show()'''),
+    md("""**Reading (full run).** Fig. 4 claims reproduced: inside the convergence radius τ < 0.0525 the truncation
+error decays geometrically in M (at τ = 0.02: 1.0·10⁻² (M = 2) → 8·10⁻⁸ (M = 12)); beyond it larger M diverges
+faster (at τ = 0.08: 0.10 (M = 2) → 0.88 (M = 12)); the spectral solver reproduces the exact flow to < 10⁻⁴ for all
+times, and SGD at d = 200 (3 seeds, ε = 0.01) stays within 0.004 (Tr S/d) and 0.014 (Tr S²/d) of the exact flow over
+the whole run. Adding the O(ε) noise terms does *not* improve q₁₁ here (0.027 vs 0.014 inside the window) —
+an observation for the noise-term owners (finite-d and O(ε) effects are of the same size at this d).
+Fig. 1: the M = 2, 4, 6 softmax truncations agree with SGD (d = 100) up to the M = 4/M = 6 window (τ ≈ 0.05,
+deviations ≤ 0.01) and then fan out; the spectral solver follows SGD over the whole run (≤ 0.01 in every column).
+M = 2 cannot move q₁₁ at all (its drift needs length-3 words)."""),
     code(FOOTER),
 ]
 # =============================================================================== 04
@@ -482,7 +511,8 @@ NOTEBOOKS["04_parameterisation"] = [
 
 L = 1, activations h1 (linear), h2, h3; teacher tied (κ* = 0.5, σ* = (2/3)^{1/4}, so that 2q₂₂ = Var G* = 1 — see
 notebook 02 for why h3 needs this). Direct student: GOE start σ = 0.5
-(t₁ = 0, q₁₂ = 0). Tied student: κ = σ = 1 (t₁ = 1, p₁₂ = 0). B = 64, ε = αd/B = 0.01 (paper: d = 400, B = 512, ε ≈ 0.004;
+(t₁ = 0, q₁₂ = 0). Tied student: κ = 1, σ = 0.5 (t₁ = 0.25, p₁₂ = 0; with σ = 1 the h2/h3 SGD steps blow up at the
+small d used here). B = 64, ε = αd/B = 0.01 (paper: d = 400, B = 512, ε ≈ 0.004;
 at the small d used here B = 512 would make the step α = εB/d so large that h3 SGD diverges).
 
 Theory: the closed direct system (THEORY §4) and, for tied, the moment hierarchy M = 6 with the ε terms
@@ -497,19 +527,33 @@ PTS = 6 if QUICK else 17
 # teacher with unit-variance pre-activations, Var G* = 2 q22 = 1: q22 = σ*⁴ κ*(1 + κ*) = 1/2 (notebook 02: otherwise
 # h3 has a first-Hermite component and direct h3 is not trapped)
 teacher = {"name": "teacher", "role": "teacher", "parameterization": "tied", "width": 0.5, "init_scale": (2 / 3) ** 0.25}
-train = {"batch_size": 64, "noise_ratio": 0.01, "weight_decay": 0.0}    # ε, not B, sets the dynamics; B = 512 at
+train = {"batch_size": 64, "noise_ratio": 0.005 if QUICK else 0.01, "weight_decay": 0.0}    # ε, not B, sets the dynamics; B = 512 at
                                                                            # small d makes α = εB/d too large for h3
 
 
 def make(act, param):
     st = ({"name": "student", "role": "student", "parameterization": "direct", "init_scale": 0.5} if param == "direct"
-          else {"name": "student", "role": "student", "parameterization": "tied", "width": 1.0, "init_scale": 1.0})
+          else {"name": "student", "role": "student", "parameterization": "tied", "width": 1.0, "init_scale": 0.5})
     return {"name": f"fig2_{param}_{act}", "model": {"tokens": 1, "activation": act}, "indices": [st, teacher],
             "training": train, "theory": {"truncation": 6 if param == "tied" else 2}}
 
 
 ACTS = ["linear", "h2", "h3"]
-theory, spectral, sims = {}, {}, {}
+theory, spectral, sims, sgd_div = {}, {}, {}, {}
+
+
+def run_sgd(s):
+    """SGD over [0, T]; if a seed diverges (h3: heavy-tailed per-sample gradients), rerun up to 0.9× that time."""
+    tcut, first = T, None
+    for attempt in range(6):
+        try:
+            sim = symattn.simulate(s, dim=D, seeds=SEEDS, time=tcut, points=max(3, int(PTS * tcut / T) + 1),
+                                   progress=False, test_samples=0)
+            return sim, first
+        except symattn.NumericalFailure as exc:
+            first = exc.time if first is None else min(first, exc.time)
+            tcut = 0.8 * min(tcut, exc.time)
+    raise RuntimeError("SGD diverges even on the shortest horizon")
 for act in ACTS:
     for param in ["direct", "tied"]:
         s = make(act, param)
@@ -520,10 +564,12 @@ for act in ACTS:
         if param == "tied":
             spectral[act] = solve_spectral(s, time=T, points=41, size=150 if QUICK else 300, error_estimate=False)
         t1 = time.time()
-        sims[act, param] = symattn.simulate(s, dim=D, seeds=SEEDS, time=T, points=PTS, progress=False, test_samples=0)
+        sims[act, param], sgd_div[act, param] = run_sgd(s)
         r = theory[act, param]
         print(f"{act:6s} {param:6s}: theory valid_until={r.valid_until} diverged_at={r.diverged_at} "
-              f"[{t1 - t0:.1f} s]; SGD d={D}, {SEEDS} seeds, {sims[act, param].info['steps_total']} steps/seed [{time.time() - t1:.1f} s]")'''),
+              f"[{t1 - t0:.1f} s]; SGD d={D}, {SEEDS} seeds, {sims[act, param].info['steps_total']} steps/seed "
+              f"[{time.time() - t1:.1f} s]" + (f"; SGD DIVERGED at τ = {sgd_div[act, param]:.4f} (a seed), shown up to the last horizon all seeds survive"
+                                              if sgd_div[act, param] else ""))'''),
     code('''print("max |theory − SGD| of p_student_teacher (direct: seed-mean |p12| vs the limit's |p12|):")
 for act in ACTS:
     for param in ["direct", "tied"]:
@@ -549,8 +595,11 @@ for ax, act in zip(axes, ACTS):
         for s_ in range(SEEDS):
             y = sim.per_seed["p_student_teacher"][s_]
             ax.plot(sim.table["time"], np.abs(y) if param == "direct" else y, "o", color=col, ms=3, alpha=0.5)
-        ax.plot(r.table["time"], np.abs(r.table["p_student_teacher"]) if param == "direct" else r.table["p_student_teacher"],
-                "-", color=col, label=f"{param}: hierarchy" + (" M=6" if param == "tied" else ""))
+        lim = r.valid_until or r.diverged_at or T          # draw the truncated hierarchy only inside its window
+        keep = r.table["time"] <= lim + 1e-12
+        y = r.table["p_student_teacher"][keep]
+        ax.plot(r.table["time"][keep], np.abs(y) if param == "direct" else y,
+                "-", color=col, lw=2, label=f"{param}: hierarchy" + (" M=6 (inside its window)" if param == "tied" else ""))
         if param == "tied":
             ax.plot(spectral[act].table["time"], spectral[act].table["p_student_teacher"], "--", color="C0", lw=1,
                     label="tied: spectral (ε=0)")
@@ -558,10 +607,18 @@ for ax, act in zip(axes, ACTS):
 axes[0].legend(fontsize=7)
 fig.suptitle(f"direct (red) vs tied (blue), SGD d = {D} (dots: seeds)")
 fig.tight_layout(); savefig(fig); plt.show()'''),
-    md("""**Reading.** The direct limit flow stays exactly at p₁₂ = 0 for h2 and h3 (the uninformative manifold is
-invariant, notebook 02), while the tied flow escapes for all three activations. At finite d the direct SGD
-runs drift away from p₁₂ = 0 through fluctuations, later (THEORY §4 measured escape at time ≈ 0.65 at
-d = 100); their |p₁₂| growth is a finite-d effect, not part of the limit."""),
+    md("""**Reading (measured in the full run, d = 80, 2 seeds).**
+* linear: direct and tied both learn; theory and SGD agree (max |Δp₁₂| printed above, < 0.01).
+* h2: the direct limit flow stays exactly at p₁₂ = 0 (the uninformative manifold is invariant, notebook 02);
+  the tied flow escapes (p₁₂ ≈ 0.3 by τ ≈ 0.3), with the M = 6 hierarchy inside its window and the spectral
+  solver after it following SGD — the paper's Fig. 2 claim for h2 is reproduced. The direct SGD seeds leave
+  p₁₂ = 0 later through finite-d fluctuations (one seed reaches |p₁₂| ≈ 0.2 by τ = 0.8; cf. THEORY §4, ≈ 0.65
+  at d = 100): a finite-d effect absent from the limit.
+* h3 (unit-variance teacher): direct is stuck in the limit and its SGD |p₁₂| creeps to ≈ 0.04 by τ = 0.8
+  (finite d). The tied claim is **not** reproduced here: from σ = 0.5 the limit flow shrinks the student
+  (q₁₁ → 0) and p₁₂ peaks at ≈ 0.01 (spectral solver) — no escape on this horizon — and tied-h3 SGD at
+  d = 80, ε = 0.01 diverges (a seed at τ ≈ 0.04; heavy-tailed per-sample h3 gradients), so it is shown only
+  up to that time. Smaller ε / larger d would be needed, beyond this notebook's compute budget."""),
     code(FOOTER),
 ]
 # =============================================================================== 05
@@ -586,8 +643,11 @@ has its own teacher mean, so theory is integrated from the *sampled* initial mom
     code('''from symattn.derive.untied import fast_phase
 D = 30 if QUICK else 100
 SEEDS = [0] if QUICK else [0, 1]
-M = 2 if QUICK else 3
-T = 0.1 if QUICK else 0.25
+M = 3 if QUICK else 4   # M = 2 drops every length-3 word the overlap drift needs (it is then exactly 0); odd M
+                        # overshoot fastest (measured: linear overlap at τ = 0.1 is 1.74 (M=3), 0.26 (M=4), 0.64 (M=5))
+T = 0.1 if QUICK else 0.3
+T_EARLY = 0.05          # early slow phase, before the truncation fans out
+T_LAYER = 10.0          # fast time t = nα after which the mean's boundary layer is over (rate D ≈ 2)
 EPS, B = 0.01, 256
 ACTS = ["linear", "h2", "h3"] if not QUICK else ["linear", "h2"]
 
@@ -625,8 +685,13 @@ def slow_theory(system, seed):
     blowup.terminal = True
     sol = solve_ivp(system.rhs, (0.0, T), y0, t_eval=np.linspace(0.0, T, 61), args=(system.params(0.0),),
                     method="DOP853", rtol=1e-8, atol=1e-10, events=blowup)
-    return SimpleNamespace(table={"time": sol.t, **system.observables(sol.y.T)},
-                           diverged_at=None if sol.status == 0 else float(sol.t[-1]))
+    tab = {"time": sol.t, **system.observables(sol.y.T)}
+    # the zero truncation is not positivity preserving: stop where Tr(M Mᵀ)/d < 0 or |overlap| > 1 (breakdown)
+    bad = np.nonzero((tab["q1_student_student"] < 0) | ~(np.abs(tab["overlap_student_teacher"]) <= 1))[0]
+    broke = float(tab["time"][bad[0]]) if bad.size else None
+    if bad.size:
+        tab = {c: v[:bad[0]] for c, v in tab.items()}
+    return SimpleNamespace(table=tab, diverged_at=None if sol.status == 0 else float(sol.t[-1]), breakdown=broke)
 
 
 res = {}
@@ -644,7 +709,8 @@ for act in ACTS:
         th = slow_theory(system, s)
         sim = SimpleNamespace(table={c: simall.per_seed[c][i] for c in simall.per_seed}, alpha=simall.alpha)
         res[act, s] = (fp, th, sim)
-        print(f"        seed {s}: theory (fast + slow) {time.time() - t2:.1f} s; slow theory diverged_at={th.diverged_at}")
+        print(f"        seed {s}: theory (fast + slow) {time.time() - t2:.1f} s; slow theory diverged_at={th.diverged_at}, "
+              f"unphysical (Tr MMᵀ < 0 or |overlap| > 1) from τ = {th.breakdown}")
         t2 = time.time()'''),
     code('''print("fast phase (boundary layer of the mean), t = nα ≤ 20  [package time ≤ 20/d]:")
 for (act, s), (fp, th, sim) in res.items():
@@ -655,23 +721,27 @@ for (act, s), (fp, th, sim) in res.items():
     print(f"  {act:6s} seed {s}: m_teacher = {fp.m_star['teacher']:+.3f}, m(0) = {sim.table['m_student'][0]:+.3f}, "
           f"fast-phase m* = {fp.m_star['student']:+.3f}, SGD m at t=20: {np.interp(20.0, tf, sim.table['m_student']):+.3f}; "
           f"max|theory−SGD| = {dev:.3f}")
-print("slow phase (package time τ ≤ T, up to the theory's divergence):")
+print("slow phase (package time τ ≤ T, up to the truncation's breakdown):")
 for (act, s), (fp, th, sim) in res.items():
     ov = sim_overlap(sim.table)
     tab = dict(sim.table); tab["overlap_student_teacher"] = ov
     tmax = th.table["time"][-1]
-    msk = sim.table["time"] <= tmax + 1e-12
-    msk &= sim.table["time"] * D >= 20.0                 # after the boundary layer
     for c in ["overlap_student_teacher", "m_student", "q1_student_student"]:
+        t_lo = T_LAYER / D if c == "m_student" else 0.0     # the slaved mean only after the boundary layer
+        msk = (sim.table["time"] <= tmax + 1e-12) & (sim.table["time"] >= t_lo - 1e-12)
         y_th = np.interp(sim.table["time"][msk], th.table["time"], th.table[c])
         d_ = np.max(np.abs(y_th - tab[c][msk])) if msk.any() else float("nan")
-        print(f"  {act:6s} seed {s} {c:>24s}: max|theory−SGD| = {d_:.4f} (τ ∈ [20/d, {tmax:.3g}]), "
+        early = msk & (sim.table["time"] <= T_EARLY + 1e-12)
+        d_early = np.max(np.abs(np.interp(sim.table["time"][early], th.table["time"], th.table[c]) - tab[c][early])) \
+            if early.any() else float("nan")
+        print(f"  {act:6s} seed {s} {c:>24s}: max|theory−SGD| = {d_early:.4f} for τ ≤ {T_EARLY}")
+        print(f"  {act:6s} seed {s} {c:>24s}: max|theory−SGD| = {d_:.4f} (τ ∈ [{t_lo:.2g}, {tmax:.3g}]), "
               f"final theory {th.table[c][-1]:+.3f}, SGD {np.interp(tmax, sim.table['time'], tab[c]):+.3f}")'''),
     md("""## The dichotomy: the initial slow drift of the overlap from the fast-phase mean
 `g*₁₂ = ∂Φ/∂q^(1)₁₂` at the slaved means and the initial moments (THEORY §6); zero ⇔ no weak recovery on
 the slow scale. We compare the free-probability limit (teacher mean m* = 0) with the sampled start of each seed."""),
     code('''P_cache = {}
-print(f"{'act':6s} {'start':>10s} {'m_teacher':>10s} {'m*_student':>11s} {'g*12':>10s} {'dq12/dτ|0 theory':>17s} {'SGD dq12/dτ|early':>18s}")
+print(f"{'act':6s} {'start':>10s} {'m_teacher':>10s} {'m*_student':>11s} {'g*12':>10s} {'dq12/dτ|0 theory':>17s} {'SGD dq12/dτ 1st pt':>18s}")
 for act in ACTS:
     system = derive(make(act), truncation=M)
     names = system.potential.names
@@ -687,8 +757,7 @@ for act in ACTS:
         sim_rate = ""
         if s is not None:
             tab = res[act, s][2].table
-            i0 = min(np.searchsorted(tab["time"] * D, 20.0), len(tab["time"]) - 2)
-            j = min(i0 + 3, len(tab["time"]) - 1)
+            i0, j = 0, 1                      # first measurement interval (τ ≤ T/30)
             sim_rate = f"{(tab['q1_student_teacher'][j] - tab['q1_student_teacher'][i0]) / (tab['time'][j] - tab['time'][i0]):18.3f}"
         print(f"{act:6s} {label:>10s} {val['m_teacher']:10.3f} {val['m_student']:11.3f} {g12:10.4f} {rate:17.3f} {sim_rate}")'''),
     code('''fig, axes = plt.subplots(2, len(ACTS), figsize=(5 * len(ACTS), 7), squeeze=False)
@@ -706,6 +775,21 @@ for j, act in enumerate(ACTS):
 axes[0, 0].legend(fontsize=7); axes[1, 0].legend(fontsize=7)
 fig.suptitle(f"untied, d = {D}: lines theory, dots SGD (ε = {EPS}, B = {B})")
 fig.tight_layout(); savefig(fig); plt.show()'''),
+    md("""**Reading (full run, d = 100, seeds 0 and 1, M = 4).**
+* *Boundary layer of the mean* — reproduced: for linear the fast phase drives m_student onto the teacher's mean
+  within t = nα ≈ 2 and SGD follows it (max |Δm| = 0.02 / 0.04 over t ≤ 20); for h2/h3 the fast phase sends m to
+  the critical point ≈ 0 and SGD fluctuates around it at the O(d^{-1/2}) level (|Δm| ≤ 0.14) before drifting
+  on the slow scale.
+* *Initial slow drift* — reproduced for linear: dq^(1)₁₂/dτ at τ = 0 from the derived hierarchy is 2.02 / 2.08
+  (seeds 0 / 1) against 1.90 / 2.04 over the first SGD interval. For h2/h3 the drift is tiny (|g*₁₂| ≤ 0.025) and
+  the first-interval SGD slopes (±0.1, 0.4) are dominated by finite-d fluctuations — not resolved at this d.
+* *Dichotomy* — the free-probability limit has m* = 0 and g*₁₂ = 0 for h2 and h3 (no weak recovery on the slow
+  scale; SGD overlaps stay ≲ 0.2 by τ = 0.3), while linear has g*₁₂ = −1 for any start and learns (overlap 0.86
+  at τ = 0.3).
+* *Slow overlaps* — reproduced only early: for τ ≤ 0.05 the M = 4 hierarchy matches the overlap to 0.004–0.025
+  and Tr MMᵀ/d to 0.035–0.054; afterwards the zero truncation fans out (odd M overshoot, even M undershoot) and
+  blows up at τ ≈ 0.12–0.24. The paper's long-time Fig. 3 curves need higher M or an all-time untied solver
+  (the package's spectral solver does not support untied indices)."""),
     code(FOOTER),
 ]
 # =============================================================================== 06
@@ -778,6 +862,10 @@ rows = np.array(rows)'''),
 X = np.log(d_arr)
 a, b = np.polyfit(X, np.log(N_sim / np.log(d_arr)), 1)
 print(f"fit  N* = e^b · d^a · log d:  a = {a:.3f} (prediction 2), b = {b:.3f}")
+big = d_arr >= 80
+if big.sum() >= 2:
+    a3, _ = np.polyfit(X[big], np.log(N_sim[big] / np.log(d_arr[big])), 1)
+    print(f"same fit restricted to d ≥ 80: a = {a3:.3f}")
 a2, _ = np.polyfit(X, np.log(N_sim), 1)
 print(f"plain power-law fit N* ∝ d^a: a = {a2:.3f} (d² log d over this range has local slope {np.polyfit(X, np.log(d_arr**2 * np.log(d_arr)), 1)[0]:.3f})")
 for d, ns, nt, ne in zip(d_arr, N_sim, N_th, N_eps):
@@ -790,6 +878,11 @@ ax.loglog(d_arr, np.exp(b) * d_arr**a * np.log(d_arr), ":", color="k", label=f"f
 ax.set_xlabel("d"); ax.set_ylabel("samples to weak recovery N* = nB"); ax.legend(fontsize=8)
 ax.set_title(f"tied h2, α = {C_STEP}/(d log d), B = {B}")
 fig.tight_layout(); savefig(fig); plt.show()'''),
+    md("""**Reading.** In package time the SGD crossing τ* is nearly d-independent for d ≥ 80 (0.042–0.045), so the
+sample count grows like d² log d; the ratio N*_SGD / N*_theory rises from ≈ 0.5 at d = 40 to ≈ 0.87 at d = 226,
+i.e. SGD at small d recovers *earlier* than the limit predicts (finite-d fluctuations of p₁₂ help the escape),
+and this finite-d drift biases the fitted exponent upward (a ≈ 2.3 on the full range). The O(ε) noise terms move
+the theory's τ* by < 1 %, so they do not explain the gap; finite-size corrections do."""),
     code(FOOTER),
 ]
 # =============================================================================== 07
@@ -812,7 +905,7 @@ D = 30 if QUICK else 100
 SEEDS = [0] if QUICK else [0, 1]
 T = 0.06 if QUICK else 0.2
 EPS = 0.005
-Ms = [2] if QUICK else [2, 4]
+Ms = [3] if QUICK else [3, 4]   # M = 2 drops the length-3 words every overlap drift needs
 ix = lambda n, r, k, s: {"name": n, "role": r, "parameterization": "tied", "width": k, "init_scale": s}
 spec = {"name": "two_head_softmax_L2", "model": {"tokens": 2, "activation": "softmax", "beta": 1.0, "readout": "sum"},
         "indices": [ix("s1", "student", 1.0, 0.7), ix("s2", "student", 1.0, 0.7),
@@ -838,11 +931,29 @@ for s in SEEDS:
     t0 = time.time()
     sims[s] = symattn.simulate(spec, dim=D, seeds=1, seed0=s, time=T, points=11, progress=False, test_samples=0)
     print(f"seed {s}: SGD d = {D}, {sims[s].info['steps_total']} steps, α = {sims[s].alpha:.4g}: {time.time() - t0:.1f} s")
+from symattn.spectral import solve_spectral
+t0 = time.time()
+spec_sp = solve_spectral(spec, time=T, points=21, size=100 if QUICK else 300, error_estimate=False, potential=P, rtol=1e-6)
+print(f"spectral solver (ε = 0, free start, N = {spec_sp.size}): {time.time() - t0:.1f} s")
 cols = ["q_s1_s1", "q_s1_s2", "p_s1_t1", "p_s1_t2", "p_s2_t1", "p_s2_t2", "loss"]
 for s in SEEDS:
+    print(f"--- seed {s}: spectral solver (ε = 0) vs SGD (ε = {EPS}), whole run:")
+    _ = report(spec_sp.table, sims[s].table, cols)
+for s in SEEDS:
+    until = None
+    if len(Ms) > 1:                       # validity window: first time M and M − 1 differ by > 1e-2·(1 + |value|)
+        a, b = theory[Ms[-1], s].table, theory[Ms[-2], s].table
+        n = min(len(a["time"]), len(b["time"]))
+        gap = np.max([np.abs(a[c][:n] - b[c][:n]) / (1 + np.abs(a[c][:n])) for c in cols if c != "loss"], axis=0)
+        bad = np.nonzero(gap > 1e-2)[0]
+        until = float(a["time"][bad[0]]) if bad.size else None
+        print(f"seed {s}: truncations M = {Ms[-2]} and {Ms[-1]} agree within 1e-2 until τ = {until}")
     for M in Ms:
-        print(f"--- seed {s}, M = {M} (ε = 0) vs SGD (ε = {EPS}):")
-        _ = report(theory[M, s].table, sims[s].table, cols)'''),
+        print(f"--- seed {s}, M = {M} (ε = 0) vs SGD (ε = {EPS}), whole run:")
+        _ = report(theory[M, s].table, sims[s].table, cols)
+        if until is not None:
+            print(f"--- seed {s}, M = {M}, up to τ = {until}:")
+            _ = report(theory[M, s].table, sims[s].table, cols, until)'''),
     code('''fig, axes = plt.subplots(len(SEEDS), 4, figsize=(16, 3.4 * len(SEEDS)), squeeze=False)
 panels = [("q_s1_s1", "q_s2_s2", "q_s1_s2"), ("p_s1_t1", "p_s1_t2"), ("p_s2_t1", "p_s2_t2"), ("loss",)]
 for i, s in enumerate(SEEDS):
@@ -852,10 +963,19 @@ for i, s in enumerate(SEEDS):
                 ax.plot(theory[M, s].table["time"], theory[M, s].table[c], "-" if M == Ms[-1] else ":", color=f"C{j}",
                         label=f"{c} M={M}" if True else None)
             ax.plot(sims[s].table["time"], sims[s].table[c], "o", color=f"C{j}", ms=3)
+            ax.plot(spec_sp.table["time"], spec_sp.table[c], "--", color=f"C{j}", lw=1, alpha=0.7,
+                    label=f"{c} spectral" if c in ("q_s1_s1", "p_s1_t1", "p_s2_t1", "loss") else None)
         ax.set_title(f"seed {s}: " + ", ".join(group), fontsize=9); ax.set_xlabel("time nα/d")
         ax.legend(fontsize=6)
-fig.suptitle(f"two-head softmax L = 2: theory (lines, ε = 0, sampled start) vs SGD (dots, d = {D})")
+fig.suptitle(f"two-head softmax L = 2: hierarchy (solid M=4 / dotted M=3, ε = 0, sampled start), spectral (dashed, ε = 0), SGD (dots, d = {D})")
 fig.tight_layout(); savefig(fig); plt.show()'''),
+    md("""**Reading (full run, d = 100, 2 seeds).** Inside the window where the M = 3 and M = 4 truncations agree
+(τ ≲ 0.045–0.05) the M = 4 hierarchy started from each seed's own matrices matches SGD to ≲ 6·10⁻⁴ in every
+overlap and in Φ (printed above); M = 3 is off by ≈ 10⁻² in q₁₁. Beyond it the truncations diverge from SGD
+(M = 3 even drives Φ negative), while the all-time spectral solver (ε = 0, free start) follows the SGD curves
+over the whole run (deviations printed above; its free start ignores the O(d^{-1/2}) initial asymmetry between
+the heads). On this horizon both heads learn both teachers about equally (p_{s_i t_j} ≈ 0.07–0.1 at τ = 0.2);
+the specialisation of heads to teachers is a longer-time phenomenon not reached here."""),
     code(FOOTER),
 ]
 
@@ -875,14 +995,32 @@ def build(name: str) -> nbformat.NotebookNode:
     return nb
 
 
+def private_kernel(root) -> str:
+    """A kernelspec running *this* interpreter (``sys.executable``), found first through JUPYTER_PATH.
+
+    A user-level ``python3`` kernelspec may point to another environment (on the development machine a CI
+    job installed one pointing to its own venv and checkout), so the notebooks are never run through the
+    name ``python3``."""
+    import json
+    kdir = Path(root) / "kernels" / "symattn-python"
+    kdir.mkdir(parents=True, exist_ok=True)
+    (kdir / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Python 3 (symattn)", "language": "python"}))
+    os.environ["JUPYTER_PATH"] = os.pathsep.join([str(root)] + [p for p in [os.environ.get("JUPYTER_PATH")] if p])
+    return "symattn-python"
+
+
 def execute(nb, quick: bool, cwd: Path = HERE, timeout: int = 1800, figdir: str | None = None):
-    """Run ``nb`` in a fresh python3 kernel (OPENBLAS_NUM_THREADS=1, SYMATTN_QUICK as asked)."""
+    """Run ``nb`` in a fresh kernel of this interpreter (OPENBLAS_NUM_THREADS=1, SYMATTN_QUICK as asked)."""
+    import tempfile
     from nbclient import NotebookClient
     os.environ["OPENBLAS_NUM_THREADS"] = "1"
     os.environ["SYMATTN_QUICK"] = "1" if quick else "0"
     if figdir is not None:
         os.environ["SYMATTN_FIGDIR"] = str(figdir)
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(cwd)}})
+    kernel = private_kernel(tempfile.mkdtemp(prefix="symattn-kernel-"))
+    client = NotebookClient(nb, timeout=timeout, kernel_name=kernel, resources={"metadata": {"path": str(cwd)}})
     client.execute()
     return nb
 
