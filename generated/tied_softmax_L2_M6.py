@@ -154,9 +154,13 @@ VAL = np.array([
 
 
 
-def _gauss_rule(order, r, half_width):
-    x1 = np.linspace(-half_width, half_width, order)
-    w1 = np.exp(-0.5 * x1 * x1) / np.sqrt(2.0 * np.pi) * (x1[1] - x1[0])
+def _gauss_rule(n, r, half_width, kind):
+    if kind == "hermite":
+        x1, w1 = np.polynomial.hermite_e.hermegauss(n)
+        w1 = w1 / np.sqrt(2.0 * np.pi)
+    else:
+        x1 = np.linspace(-half_width, half_width, n)
+        w1 = np.exp(-0.5 * x1 * x1) / np.sqrt(2.0 * np.pi) * (x1[1] - x1[0])
     z = np.stack([g.ravel() for g in np.meshgrid(*([x1] * r), indexing="ij")])
     w = np.prod(np.stack([g.ravel() for g in np.meshgrid(*([w1] * r), indexing="ij")]), axis=0)
     return z, w
@@ -193,10 +197,10 @@ def _gauss_value(integrand, theta, P, mu0, mut, cov0, covt, rule):
     lam, Q = np.linalg.eigh(P @ cov @ P.T)
     y = (P @ mu)[:, None] + ((Q * np.sqrt(np.clip(lam, 0.0, None))) @ Q.T) @ z
     return w @ integrand(P.T @ y)[0]
-_RULE_19_2_4297 = _gauss_rule(19, 2, 4.29714962253654)
-_RULE_19_4_4297 = _gauss_rule(19, 4, 4.29714962253654)
-_RULE_83_1_8000 = _gauss_rule(83, 1, 8.0)
-_RULE_83_2_8000 = _gauss_rule(83, 2, 8.0)
+_RULE_T21_4_4297 = _gauss_rule(21, 4, 4.29714962253654, 'trapezoid')
+_RULE_T27_2_4297 = _gauss_rule(27, 2, 4.29714962253654, 'trapezoid')
+_RULE_T83_1_8000 = _gauss_rule(83, 1, 8.0, 'trapezoid')
+_RULE_T83_2_8000 = _gauss_rule(83, 2, 8.0, 'trapezoid')
 
 
 @njit(cache=True)
@@ -249,7 +253,7 @@ _COVT_phi0 = np.array([[[2.0, 0.0], [0.0, 1.0]], [[0.0, 0.0], [0.0, 0.0]], [[0.0
 
 def _expect_phi0(theta):
     return _gauss_expect(_integrand_phi0, theta, _P_phi0, _MU0_phi0, _MUT_phi0, _COV0_phi0, _COVT_phi0,
-                         _RULE_83_1_8000, False)
+                         _RULE_T83_1_8000, False)
 
 
 # quadrature term phi1: variables G_1_1_2, G_1_2_2; 1 effective dimension(s)
@@ -293,7 +297,7 @@ _COVT_phi1 = np.array([[[0.0, 0.0], [0.0, 0.0]], [[0.0, 0.0], [0.0, 0.0]], [[2.0
 
 def _expect_phi1(theta):
     return _gauss_expect(_integrand_phi1, theta, _P_phi1, _MU0_phi1, _MUT_phi1, _COV0_phi1, _COVT_phi1,
-                         _RULE_83_1_8000, False)
+                         _RULE_T83_1_8000, False)
 
 
 # quadrature term phi2: variables G_1_1_1, G_1_1_2, G_1_2_1, G_1_2_2; 2 effective dimension(s)
@@ -379,7 +383,7 @@ _COVT_phi2 = np.array([[[2.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 1
 
 def _expect_phi2(theta):
     return _gauss_expect(_integrand_phi2, theta, _P_phi2, _MU0_phi2, _MUT_phi2, _COV0_phi2, _COVT_phi2,
-                         _RULE_83_2_8000, False)
+                         _RULE_T83_2_8000, False)
 
 
 # quadrature term phi3: variables G_2_1_1, G_2_2_1; 1 effective dimension(s)
@@ -423,7 +427,7 @@ _COVT_phi3 = np.array([[[1.0, 0.0], [0.0, 2.0]], [[0.0, 0.0], [0.0, 0.0]], [[0.0
 
 def _expect_phi3(theta):
     return _gauss_expect(_integrand_phi3, theta, _P_phi3, _MU0_phi3, _MUT_phi3, _COV0_phi3, _COVT_phi3,
-                         _RULE_83_1_8000, False)
+                         _RULE_T83_1_8000, False)
 
 
 # quadrature term phi4: variables G_2_1_2, G_2_2_2; 1 effective dimension(s)
@@ -467,7 +471,7 @@ _COVT_phi4 = np.array([[[0.0, 0.0], [0.0, 0.0]], [[0.0, 0.0], [0.0, 0.0]], [[1.0
 
 def _expect_phi4(theta):
     return _gauss_expect(_integrand_phi4, theta, _P_phi4, _MU0_phi4, _MUT_phi4, _COV0_phi4, _COVT_phi4,
-                         _RULE_83_1_8000, False)
+                         _RULE_T83_1_8000, False)
 
 
 # quadrature term phi5: variables G_2_1_1, G_2_1_2, G_2_2_1, G_2_2_2; 2 effective dimension(s)
@@ -553,7 +557,7 @@ _COVT_phi5 = np.array([[[1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 2
 
 def _expect_phi5(theta):
     return _gauss_expect(_integrand_phi5, theta, _P_phi5, _MU0_phi5, _MUT_phi5, _COV0_phi5, _COVT_phi5,
-                         _RULE_83_2_8000, False)
+                         _RULE_T83_2_8000, False)
 
 
 def phi_and_grad(theta):
@@ -627,7 +631,7 @@ _COVT_nu000 = np.array([[[2.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 
 
 def _expect_nu000(theta):
     return _gauss_value(_integrand_nu000, theta, _P_nu000, _MU0_nu000, _MUT_nu000, _COV0_nu000, _COVT_nu000,
-                        _RULE_19_2_4297)
+                        _RULE_T27_2_4297)
 
 
 # quadrature term nu001: variables G_1_1_1, G_1_1_2, G_1_2_1, G_1_2_2, G_2_1_1, G_2_1_2, G_2_2_1, G_2_2_2; 4 effective dimension(s)
@@ -672,7 +676,7 @@ _COVT_nu001 = np.array([[[2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.
 
 def _expect_nu001(theta):
     return _gauss_value(_integrand_nu001, theta, _P_nu001, _MU0_nu001, _MUT_nu001, _COV0_nu001, _COVT_nu001,
-                        _RULE_19_4_4297)
+                        _RULE_T21_4_4297)
 
 
 # quadrature term nu002: variables G_2_1_1, G_2_1_2, G_2_2_1, G_2_2_2; 2 effective dimension(s)
@@ -712,7 +716,7 @@ _COVT_nu002 = np.array([[[1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 
 
 def _expect_nu002(theta):
     return _gauss_value(_integrand_nu002, theta, _P_nu002, _MU0_nu002, _MUT_nu002, _COV0_nu002, _COVT_nu002,
-                        _RULE_19_2_4297)
+                        _RULE_T27_2_4297)
 
 
 def nu_0_0(theta):

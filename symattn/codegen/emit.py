@@ -92,8 +92,8 @@ def _np_code(e):
     return NumPyPrinter().doprint(e)
 
 
-def rule_name(order, r, half_width):
-    return f"_RULE_{order}_{r}_{int(round(half_width * 1000))}"
+def rule_name(n, kind, r, half_width):
+    return f"_RULE_{kind[0].upper()}{n}_{r}_{int(round(half_width * 1000))}"
 
 
 def quad_term_code(tag, term, order, gradient=True):
@@ -116,18 +116,22 @@ def quad_term_code(tag, term, order, gradient=True):
     src.append(f"_COVT_{tag} = {array_literal(term.cov_theta)}\n")
     if gradient:
         call = f"_gauss_expect(_integrand_{tag}, theta, _P_{tag}, _MU0_{tag}, _MUT_{tag}, _COV0_{tag}, _COVT_{tag},\n" \
-               f"                         {rule_name(order, r, term.half_width)}, {term.stein})"
+               f"                         {rule_name(*term.rule(order), r, term.half_width)}, {term.stein})"
     else:
         call = f"_gauss_value(_integrand_{tag}, theta, _P_{tag}, _MU0_{tag}, _MUT_{tag}, _COV0_{tag}, _COVT_{tag},\n" \
-               f"                        {rule_name(order, r, term.half_width)})"
+               f"                        {rule_name(*term.rule(order), r, term.half_width)})"
     src.append(f"def _expect_{tag}(theta):\n    return {call}\n")
     return "\n".join(src)
 
 
 GAUSS_EXPECT = '''
-def _gauss_rule(order, r, half_width):
-    x1 = np.linspace(-half_width, half_width, order)
-    w1 = np.exp(-0.5 * x1 * x1) / np.sqrt(2.0 * np.pi) * (x1[1] - x1[0])
+def _gauss_rule(n, r, half_width, kind):
+    if kind == "hermite":
+        x1, w1 = np.polynomial.hermite_e.hermegauss(n)
+        w1 = w1 / np.sqrt(2.0 * np.pi)
+    else:
+        x1 = np.linspace(-half_width, half_width, n)
+        w1 = np.exp(-0.5 * x1 * x1) / np.sqrt(2.0 * np.pi) * (x1[1] - x1[0])
     z = np.stack([g.ravel() for g in np.meshgrid(*([x1] * r), indexing="ij")])
     w = np.prod(np.stack([g.ravel() for g in np.meshgrid(*([w1] * r), indexing="ij")]), axis=0)
     return z, w
@@ -193,7 +197,7 @@ def expectation_code(E, fname, tag, gradient=True):
                  "    if last[0] is None or np.max(np.abs(theta - last[0])) > 1e-2 * (1.0 + np.max(np.abs(last[0]))):",
                  f"        last[0], last[1] = theta.copy(), {fname}(theta)",
                  "    return last[1]"]
-    rules = {(order, canonical_basis(t.P).shape[0], t.half_width) for t in E.quad_terms}
+    rules = {(*t.rule(order), t.dim, t.half_width) for t in E.quad_terms}
     return "\n\n".join(parts) + "\n\n" + "\n".join(body) + "\n", rules
 
 
@@ -270,8 +274,8 @@ def module_source(system, kind: str, coefficient_lines: list, extra: str = "", e
         blocks.append(c)
         rules |= r
     if rules:
-        blocks.insert(0, GAUSS_EXPECT + "\n".join(f"{rule_name(o, r, h)} = _gauss_rule({o}, {r}, {fnum(h)})"
-                                                   for o, r, h in sorted(rules)) + "\n")
+        blocks.insert(0, GAUSS_EXPECT + "\n".join(f"{rule_name(n, k, r, h)} = _gauss_rule({n}, {r}, {fnum(h)}, {k!r})"
+                                                   for n, k, r, h in sorted(rules)) + "\n")
     src.append("\n" + "\n\n".join(blocks))
     jit = "" if any(E.quad_terms for E in [P] + [e[0] for e in expectations]) else "@njit(cache=True)\n"
     src.append("\n" + jit + "def coefficients(mu, params):\n"

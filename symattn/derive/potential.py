@@ -87,7 +87,7 @@ class GaussianExpectation:
             for b in range(n):
                 cov0[a, b], covt[:, a, b] = coeffs(cov[a][b])
         return QuadTerm(expr, variables, mu0, mut, cov0, covt, gradient=self.gradient,
-                        half_width=half_width_for(self.tol))
+                        half_width=half_width_for(self.tol), max_nodes=self.max_nodes)
 
     @property
     def is_closed_form(self) -> bool:
@@ -123,8 +123,7 @@ class GaussianExpectation:
         """Choose the quadrature order at θ so that Φ and ∇Φ change by < tol between orders."""
         if self.quad_terms:
             self.order, self.error = adaptive_order(self.quad_terms, self.theta(values), tol or self.tol,
-                                                    start=self.start_order, relative=self.relative,
-                                                    max_nodes=self.max_nodes)
+                                                    start=self.start_order, relative=self.relative)
             if not self.error <= (tol or self.tol) * 10:
                 warnings.warn(f"quadrature reached only ~{self.error:.1e} (asked {tol or self.tol:.0e}) at "
                               f"{self.order} nodes per dimension: the node cap was hit", RuntimeWarning, stacklevel=2)

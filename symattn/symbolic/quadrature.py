@@ -38,15 +38,24 @@ def half_width_for(tol: float) -> float:
     return HALF_WIDTH if tol < 1e-6 else max(4.0, float(np.sqrt(2 * np.log(1 / tol))) + 1.5)
 
 
-@lru_cache(maxsize=None)
-def gauss_rule(n: int, r: int, half_width: float = HALF_WIDTH):
-    """Nodes (N×r) and weights (N) of the n^r tensor trapezoidal rule for the standard normal.
+MIN_TRAPEZOID = 9    # below this many nodes per dimension the tensor rule is Gauss–Hermite
 
-    For integrands analytic in a strip |Im z| < a the error decays like exp(−2πa/h), h = 2·8/(n−1)
-    (plus the tail beyond |z| = 8): far faster than Gauss–Hermite for logistic-like softmax terms.
+
+@lru_cache(maxsize=None)
+def gauss_rule(n: int, r: int, half_width: float = HALF_WIDTH, kind: str = "trapezoid"):
+    """Nodes (N×r) and weights (N) of the n^r tensor rule for the standard normal.
+
+    Trapezoidal on |z| ≤ half_width: for integrands analytic in a strip |Im z| < a the error decays
+    like exp(−2πa/h), h = 2·half_width/(n−1) — far faster than Gauss–Hermite for logistic-like
+    softmax terms. ``kind="hermite"``: Gauss–Hermite, used when a term has so many effective
+    dimensions that only a few nodes per dimension fit (exact for polynomials of degree < 2n).
     """
-    x = np.linspace(-half_width, half_width, n)
-    w = np.exp(-0.5 * x**2) / np.sqrt(2 * np.pi) * (x[1] - x[0])
+    if kind == "hermite":
+        x, w = np.polynomial.hermite_e.hermegauss(n)
+        w = w / np.sqrt(2 * np.pi)
+    else:
+        x = np.linspace(-half_width, half_width, n)
+        w = np.exp(-0.5 * x**2) / np.sqrt(2 * np.pi) * (x[1] - x[0])
     grids = np.meshgrid(*([x] * r), indexing="ij")
     wgrids = np.meshgrid(*([w] * r), indexing="ij")
     nodes = np.stack([g.ravel() for g in grids], axis=1)
@@ -106,6 +115,7 @@ class QuadTerm:
     P: np.ndarray = field(default=None)
     gradient: bool = True    # False: only E f is ever needed (no derivatives are formed)
     half_width: float = HALF_WIDTH
+    max_nodes: int = MAX_NODES
 
     def __post_init__(self):
         v = self.variables
@@ -126,8 +136,20 @@ class QuadTerm:
     def dim(self) -> int:
         return self.P.shape[0]
 
-    def evaluate(self, theta: np.ndarray, order: int):
-        """(E f, ∂E f/∂θ) with the order^r trapezoidal rule."""
+    @property
+    def cap(self) -> int:
+        """Most nodes per dimension within ``max_nodes`` (at least 2)."""
+        n = max(2, int(np.floor(self.max_nodes ** (1.0 / self.dim) + 1e-9)))
+        return n if n < MIN_TRAPEZOID else n - (1 - n % 2)          # odd: 0 is a node
+
+    def rule(self, order: int):
+        """(nodes per dimension, kind) used for a requested common order."""
+        if self.cap < MIN_TRAPEZOID:
+            return self.cap, "hermite"
+        return min(order, self.cap), "trapezoid"
+
+    def evaluate(self, theta: np.ndarray, order: int, rule=None):
+        """(E f, ∂E f/∂θ) with the tensor rule of a common order (or an explicit (n, kind))."""
         n, P = len(self.variables), self.P
         mu = self.mu0 + theta @ self.mu_theta
         cov = self.cov0 + np.tensordot(theta, self.cov_theta, axes=1)
@@ -135,7 +157,8 @@ class QuadTerm:
         lam, Q = np.linalg.eigh(cov_y)
         lam = np.clip(lam, 0.0, None)
         B = (Q * np.sqrt(lam)) @ Q.T          # symmetric square root: grid axes = the basis P
-        z, w = gauss_rule(order, self.dim, self.half_width)
+        n_dim, kind = rule or self.rule(order)
+        z, w = gauss_rule(n_dim, self.dim, self.half_width, kind)
         Y = mu_y + z @ B.T
         X = Y @ P
         vals = self._fn([X[:, a] for a in range(n)])
@@ -157,10 +180,12 @@ class QuadTerm:
         return Ef, grad
 
 
-def adaptive_order(terms, theta, tol, start=17, max_nodes=MAX_NODES, relative=False):
-    """Smallest common rule order (grown by ~1.4×) at which Φ and ∇Φ change by less than tol.
+def adaptive_order(terms, theta, tol, start=17, relative=False):
+    """Smallest common order (grown by ~1.3×) at which Φ and ∇Φ change by less than tol.
 
-    Returns (order, error_estimate); the estimate is the max change between the last two orders.
+    Returns (order, error_estimate): the max change between the last two orders, plus, for terms
+    held at their node cap with a Gauss–Hermite rule, the change from n − 1 to n nodes per dimension.
+    Growth stops when no term can grow by ≥ 20 % within its node cap.
     """
     def total(order):
         v, g = 0.0, 0.0
@@ -169,15 +194,27 @@ def adaptive_order(terms, theta, tol, start=17, max_nodes=MAX_NODES, relative=Fa
             v, g = v + a, g + b
         return np.concatenate([[v], np.atleast_1d(g)])
 
+    def capped_error():
+        err = 0.0
+        for t in terms:
+            n, kind = t.rule(start)
+            if kind == "hermite" and n > 2:
+                a, b = (np.r_[t.evaluate(theta, 0, (m, kind))] for m in (n, n - 1))
+                err = max(err, float(np.max(np.abs(a - b))))
+        return err
+
+    fixed = capped_error()
     order, prev, err = start, total(start), float("inf")
-    rmax = max(t.dim for t in terms)
+    if all(t.rule(start)[1] == "hermite" for t in terms):
+        return order, fixed
     while True:
         nxt = 2 * int(np.ceil(order * 0.65)) + 1
-        if nxt ** rmax > max_nodes:
-            return order, float(err)
+        growth = max(t.rule(nxt)[0] / t.rule(order)[0] for t in terms)
+        if growth < 1.2:
+            return order, float(err) + fixed
         cur = total(nxt)
         err = np.max(np.abs(cur - prev))
         order, prev = nxt, cur
         scale = np.max(np.abs(cur)) if relative else max(1.0, np.max(np.abs(cur)))
         if err <= tol * scale:
-            return order, float(err)
+            return order, float(err) + fixed
