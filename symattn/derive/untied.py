@@ -381,22 +381,11 @@ class UntiedSystem:
 
     # ---------------------------------------------------------------- code generation
     def coefficient_lines(self) -> list:
+        from ..codegen.emit import gradient_matrix_lines
+
         K, P = self.spec.K, self.potential
-        op = P.op
-        pos = {n: i for i, n in enumerate(P.names)}
         lines = ["    theta = _solve_means(theta)", "    phi, g = phi_and_grad(theta)",
-                 "    coef[1] = params[0]",
-                 f"    GO = np.zeros(({K}, {K}))", f"    GP = np.zeros(({K}, {K}))"]
-        for k in range(K):
-            for l in range(K):
-                w = "" if k == l else "0.5 * "
-                so, sq = op.omega(k, l), op.psi(k, l)
-                if so == sq:
-                    lines.append(f"    GO[{k}, {l}] = 0.5 * {w}g[{pos[so.name]}]")
-                    lines.append(f"    GP[{k}, {l}] = 0.5 * {w}g[{pos[sq.name]}]")
-                else:
-                    lines.append(f"    GO[{k}, {l}] = {w}g[{pos[so.name]}]")
-                    lines.append(f"    GP[{k}, {l}] = {w}g[{pos[sq.name]}]")
+                 "    coef[1] = params[0]"] + gradient_matrix_lines(P)
         o = 2 + K
         for k in range(K):
             for l in range(K):
