@@ -3,6 +3,9 @@
 Pipeline: spec -> symbolic (Gaussian expectations, word algebra, free probability) -> derive
 (potential, hierarchies) -> codegen -> integrate; simulate; compare; cli.
 """
+__version__ = "0.1.0"
+
+from . import compare, derive, integrate, simulate  # callable modules: symattn.derive(spec, truncation=M) …
 from .errors import NumericalFailure
 from .spec import Spec, SpecError, load_spec
 
@@ -13,12 +16,5 @@ def potential(spec, tol: float = 1e-8):
     return Potential(spec, tol=tol)
 
 
-def simulate(spec, dim, seeds=1, time=1.0, points=21, **kw):
-    """Online SGD at finite d, order parameters averaged over seeds (``symattn.simulate``)."""
-    from .simulate import simulate as _simulate
-    return _simulate(spec, dim=dim, seeds=seeds, time=time, points=points, **kw)
-
-
-__all__ = ["Spec", "SpecError", "NumericalFailure", "load_spec", "potential", "simulate"]
-
-__version__ = "0.1.0"
+__all__ = ["Spec", "SpecError", "NumericalFailure", "load_spec", "potential", "derive", "integrate",
+           "simulate", "compare"]

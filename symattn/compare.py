@@ -106,8 +106,10 @@ def compare(spec, dim: int, seeds: int = 4, time: float = 1.0, points: int = 21,
     sim_table = sim.table
     theory_table, info, extra = theory_for(spec, time, points, truncation, init, dim, noise, method, size)
     until = info.get("truncation_valid_until") or info.get("diverged_at")
-    summary = {"spec": spec.name, "dim": dim, "seeds": seeds, "time": time, "theory": info,
-               "columns": deviations(theory_table, sim_table),
+    columns = deviations(theory_table, sim_table)
+    # INTERFACE.md: per column {max_abs_dev, theory_range}; also grouped under "columns"
+    summary = {**columns, "spec": spec.name, "dim": dim, "seeds": seeds, "time": time, "theory": info,
+               "columns": columns,
                "columns_within_validity": deviations(theory_table, sim_table, until) if until else None}
     if out is not None:
         out = Path(out)
@@ -216,3 +218,8 @@ def compare_dims(spec, dims, seeds: int = 4, time: float = 1.0, points: int = 21
     summary["theory_table"], summary["extrapolated_table"] = theory_table, ext
     summary["simulation_tables"] = sims
     return summary
+
+
+from ._callable import make_callable  # noqa: E402
+
+make_callable(__name__)   # symattn.compare(...) calls compare()

@@ -12,16 +12,6 @@ __all__ = ["simulate", "SimulationResult", "draw_initial", "dense", "Model", "or
            "column_names", "run_seed"]
 
 
-# ``import symattn.simulate`` rebinds the attribute ``symattn.simulate`` (the function of
-# symattn/__init__.py) to this sub-package; making the module callable keeps
-# ``symattn.simulate(spec, dim=...)`` working either way.
-import sys as _sys
-import types as _types
+from .._callable import make_callable  # noqa: E402
 
-
-class _CallableModule(_types.ModuleType):
-    def __call__(self, spec, dim, seeds=1, time=1.0, points=21, **kw):
-        return simulate(spec, dim=dim, seeds=seeds, time=time, points=points, **kw)
-
-
-_sys.modules[__name__].__class__ = _CallableModule
+make_callable(__name__)   # symattn.simulate(spec, dim=...) calls simulate()
