@@ -14,10 +14,10 @@ import os
 import time
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from symattn import load_spec
 from symattn.simulate import Model, draw_initial
-from symattn.simulate.run import _blas_threads
 
 SPEC = {
     "name": "bench_tied_softmax_L2",
@@ -62,7 +62,7 @@ def main():
     ap.add_argument("--naive-steps", type=int, default=3, help="per-sample-loop steps timed per d")
     ap.add_argument("--threads", type=int, default=1, help="OpenBLAS threads (default 1)")
     args = ap.parse_args()
-    _blas_threads(args.threads)
+    threadpool_limits(args.threads, user_api="blas")
     spec = load_spec(SPEC)
     rows = []
     for d in args.dims:

@@ -1029,6 +1029,7 @@ def private_kernel(root) -> str:
 def execute(nb, quick: bool, cwd: Path = HERE, timeout: int = 1800, figdir: str | None = None):
     """Run ``nb`` in a fresh kernel of this interpreter (OPENBLAS_NUM_THREADS=1, SYMATTN_QUICK as asked)."""
     import tempfile
+
     from nbclient import NotebookClient
     os.environ["OPENBLAS_NUM_THREADS"] = "1"
     os.environ["SYMATTN_QUICK"] = "1" if quick else "0"

@@ -1,51 +1,113 @@
-"""Command line: ``symattn potential|derive|theory|simulate|compare`` (INTERFACE.md).
+"""Command line: ``symattn potential|derive|theory|simulate|compare`` (docs/interface.md).
 
-Errors in the user's input (spec, options) print one line and exit with status 2;
-detected numerical failures (divergence, NaN) print one line and exit with status 3.
+Every failure is one line on stderr, never a traceback (``--debug`` shows it): bad input — the
+spec, an option, an unwritable output, a size beyond this machine — exits 2; a detected
+numerical failure (divergence, NaN) exits 3; an interrupt (Ctrl-C, SIGTERM) exits 130 / 143
+and says whether anything was written. Outputs are checked before the work starts and written
+atomically, so an interrupted run leaves either no file or a complete one.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import signal
 import sys
 
-from .errors import NumericalFailure
-from .spec import SpecError, load_spec
+from .errors import NumericalFailure, SymattnError, UsageError
+
+EXIT_INPUT, EXIT_NUMERICAL, EXIT_INTERNAL = 2, 3, 1
+_WRITTEN: list = []          # files written by this command (for the interrupt message)
+
+
+# ---------------------------------------------------------------------------- option checks
+def _finite_positive(name, value, allow_zero=False):
+    if value is None:
+        return None
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        raise UsageError(f"{name} {value}: must be a finite number {'>=' if allow_zero else '>'} 0")
+    return value
+
+
+def _whole(name, value, low):
+    if value is None:
+        return None
+    if value < low:
+        raise UsageError(f"{name} {value}: must be a whole number >= {low}")
+    return value
+
+
+def _truncation(args, spec):
+    from .spec import MAX_TRUNCATION
+    if args.truncation is None:
+        return spec.truncation
+    if not 2 <= args.truncation <= MAX_TRUNCATION:
+        raise UsageError(f"--truncation {args.truncation}: must be a whole number in [2, {MAX_TRUNCATION}]")
+    return args.truncation
 
 
 def _at(pairs):
+    """--at NAME=VALUE, repeatable and space-separated; a name twice with different values is refused."""
     out = {}
     for item in pairs or []:
         if "=" not in item:
-            raise SpecError(f"--at {item}: expected NAME=VALUE")
-        k, v = item.split("=", 1)
+            raise UsageError(f"--at {item}: expected NAME=VALUE")
+        k, v = (s.strip() for s in item.split("=", 1))
         try:
-            out[k.strip()] = float(v)
+            x = float(v)
         except ValueError:
-            raise SpecError(f"--at {item}: {v!r} is not a number") from None
+            raise UsageError(f"--at {item}: {v!r} is not a number") from None
+        if not math.isfinite(x):
+            raise UsageError(f"--at {item}: must be a finite number")
+        if k in out and out[k] != x:
+            raise UsageError(f"--at {k}: given twice with different values ({out[k]:g} and {x:g})")
+        out[k] = x
     return out
 
 
+def _load(args):
+    from .spec import load_spec
+    return load_spec(args.spec)
+
+
+def _write_table(table, out):
+    """CSV to --out (atomic) or stdout, one number format (10 significant digits)."""
+    from .integrate import csv_text
+    text = csv_text(table)
+    if out:
+        from .files import atomic_write
+        atomic_write(out, text)
+        _WRITTEN.append(out)
+        print(f"wrote {out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+
+
+# ---------------------------------------------------------------------------- commands
 def cmd_potential(args):
     from .derive.potential import Potential
     from .initial import initial_order_parameters
 
-    spec = load_spec(args.spec)
-    P = Potential(spec, tol=args.tol)
+    spec = _load(args)
+    _finite_positive("--tol", args.tol)
     at = _at(args.at)
+    P = Potential(spec, tol=args.tol)
     unknown = sorted(set(at) - set(P.names))
     if unknown:
-        raise SpecError(f"--at {unknown[0]}: unknown order parameter; known: {', '.join(P.names)}")
+        raise UsageError(f"--at {unknown[0]}: unknown order parameter; known: {', '.join(P.names)}")
     values = {**initial_order_parameters(spec), **at}
     values = {n: values[n] for n in P.names}
     order, err = P.calibrate(values)
     val = P.value(values)
     grad = P.gradient_named(values)
+    bad = [k for k, v in [("value", val), *grad.items()] if not math.isfinite(v)]
+    if bad:
+        raise NumericalFailure(f"Φ or its gradient is not finite at these order parameters ({bad[0]})")
     if args.json:
         out = {"value": val, "gradient": grad, "at": values}
         if P.quad_terms:
             out["quadrature"] = {"nodes_per_dim": order, "error_estimate": err}
-        print(json.dumps(out, indent=2))
+        print(json.dumps(out, indent=2, allow_nan=False))
         return
     kind = "closed form" if P.is_closed_form else f"closed form + {len(P.quad_terms)} quadrature terms"
     print(f"Φ ({kind}) = {P.latex() if args.latex else P.closed_form}")
@@ -57,89 +119,126 @@ def cmd_potential(args):
         print(f"Γ[{k}] = {v:.12g}")
 
 
-def _positive(name, value):
-    if value is None:
-        return None
-    if value <= 0:
-        raise SpecError(f"{name}: must be > 0, got {value}")
-    return value
-
-
 def cmd_derive(args):
     from .codegen.load import default_path, write_module
     from .derive import derive
+    from .files import check_output_file
 
-    spec = load_spec(args.spec)
-    M = _positive("--truncation", args.truncation) or spec.truncation
-    if M < 2:
-        raise SpecError("--truncation: must be >= 2")
+    spec = _load(args)
+    M = _truncation(args, spec)
+    out = check_output_file(args.out or default_path(spec, M), "--out")
     system = derive(spec, M)
-    path = write_module(system.source(), args.out or default_path(spec, system.truncation))
+    path = write_module(system.source(), out)
+    _WRITTEN.append(path)
     print(f"wrote {path}: {system.size} moments, {len(system.terms)} terms")
 
 
-def _theory(spec, args):
-    from .derive import derive
-    from .integrate import integrate
-
-    M = args.truncation or spec.truncation
-    if M < 2:
-        raise SpecError("--truncation: must be >= 2")
+def _theory_checks(args, spec):
+    _finite_positive("--time", args.time)
+    _whole("--points", args.points, 2)
+    _whole("--seed", args.seed, 0)
+    _whole("--dim", args.dim, 1)
     if args.init == "sample" and args.dim is None:
-        raise SpecError("--init sample: needs --dim D (the dimension of the sampled matrices)")
-    eps = 0.0 if args.noise == "off" else spec.epsilon(args.dim)
-    system = derive(spec, M)
-    return integrate(system, time=args.time, points=args.points, init=args.init, dim=args.dim,
-                     seed=args.seed, epsilon=eps)
+        raise UsageError("--init sample: needs --dim D (the dimension of the sampled matrices)")
+    if args.out:
+        from .files import check_output_file
+        check_output_file(args.out, "--out")
 
 
 def cmd_theory(args):
     import warnings
 
-    from .integrate import write_csv
-
-    spec = load_spec(args.spec)
-    _positive("--time", args.time)
-    _positive("--points", args.points)
+    spec = _load(args)
+    _theory_checks(args, spec)
     if args.fast:
         from .derive.untied import fast_phase
-        if not any(ix.parameterization == "untied" for ix in spec.indices):
-            raise SpecError("--fast: the fast phase exists only for untied indices (THEORY §6)")
+        if "untied" not in spec.parameterizations:
+            raise UsageError("--fast: the fast phase exists only for untied students (docs/theory.md §6)")
         result = fast_phase(spec, time=args.time, points=args.points, init=args.init, dim=args.dim, seed=args.seed)
         print("fast-phase fixed point: " + ", ".join(f"m_{k}* = {v:.6g}" for k, v in result.m_star.items()),
               file=sys.stderr)
-    elif args.method == "spectral":
+        _write_table(result.table, args.out)
+        return
+    if args.method == "spectral":
         from .spectral import run_spectral_from_args
+        if args.truncation is not None:
+            raise UsageError("--truncation: not used by --method spectral (the matrix-level flow has no truncation)")
+        _whole("--size", args.size, 4)
+        _whole("--realisations", args.realisations, 1)
+        for opt in ("spectra", "spectra_plot"):
+            if getattr(args, opt):
+                from .files import check_output_file
+                check_output_file(getattr(args, opt), "--" + opt.replace("_", "-"))
         result = run_spectral_from_args(spec, args)
-    else:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            result = _theory(spec, args)
-        for w in caught:
-            print(f"symattn: warning: {w.message}", file=sys.stderr)
+        _write_table(result.table, args.out)
+        return
+    from .derive import derive
+    from .integrate import integrate
+    M = _truncation(args, spec)
+    eps = 0.0 if args.noise == "off" else spec.epsilon(args.dim)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        system = derive(spec, M)
+        result = integrate(system, time=args.time, points=args.points, init=args.init, dim=args.dim,
+                           seed=args.seed, epsilon=eps)
+    for w in caught:
+        print(f"symattn: warning: {w.message}", file=sys.stderr)
+    _write_table(result.table, args.out)
+
+
+def cmd_simulate(args):
+    from .simulate.run import simulate
+
+    if args.dim is None:
+        raise UsageError("--dim: required (the embedding dimension d, a whole number >= 1)")
+    spec = _load(args)
+    _whole("--dim", args.dim, 1)
+    _whole("--seeds", args.seeds, 1)
+    _whole("--seed0", args.seed0, 0)
+    _whole("--workers", args.workers, 1)
+    _finite_positive("--time", args.time)
+    _whole("--points", args.points, 2)
     if args.out:
-        write_csv(result.table, args.out)
-        print(f"wrote {args.out}")
+        from .files import check_output_file
+        check_output_file(args.out, "--out")
+    elif args.partial:
+        raise UsageError("--partial: needs --out FILE (the partial table is written there)")
+    partial = {} if args.partial else None
+    try:
+        res = simulate(spec, dim=args.dim, seeds=args.seeds, time=args.time, points=args.points,
+                       seed0=args.seed0, workers=args.workers, progress=not args.quiet, partial=partial,
+                       backend=args.backend, device=args.device, dtype=args.dtype)
+    except KeyboardInterrupt:
+        if partial and partial.get("table"):
+            from .files import atomic_write
+            from .integrate import csv_text
+            t = partial["table"]["time"]
+            atomic_write(args.out, f"# partial: interrupted; {len(t)} of {args.points} time points, "
+                                   f"up to time {t[-1]:.6g}\n" + csv_text(partial["table"], digits=17))
+            _WRITTEN.append(f"{args.out} (partial, marked as such in its first line)")
+        raise
+    if args.out:
+        from .files import atomic_write
+        from .integrate import csv_text
+        atomic_write(args.out, csv_text(res.table, digits=17))
+        _WRITTEN.append(args.out)
+        print(f"wrote {args.out} ({len(res.table['time'])} rows, {len(res.seeds)} seeds, d = {res.dim})",
+              file=sys.stderr)
     else:
-        import io
-        buf = io.StringIO()
-        cols = list(result.table)
-        buf.write(",".join(cols) + "\n")
-        for i in range(len(result.table["time"])):
-            buf.write(",".join(f"{float(result.table[c][i]):.10g}" for c in cols) + "\n")
-        sys.stdout.write(buf.getvalue())
+        from .integrate import csv_text
+        sys.stdout.write(csv_text(res.table, digits=17))
 
 
 def _dims(text):
-    """--dims D1,D2[,D3...] -> sorted distinct positive ints (SpecError otherwise)."""
+    """--dims D1,D2[,D3...] -> sorted distinct positive ints."""
     try:
         dims = [int(x) for x in str(text).split(",") if x.strip()]
     except ValueError:
-        raise SpecError(f"--dims {text}: expected comma-separated whole numbers, e.g. 100,200") from None
+        raise UsageError(f"--dims {text}: expected comma-separated whole numbers, e.g. 100,200") from None
     if any(d <= 0 for d in dims):
-        raise SpecError(f"--dims {text}: dimensions must be > 0")
+        raise UsageError(f"--dims {text}: dimensions must be > 0")
     if len(set(dims)) < 2:
-        raise SpecError(f"--dims {text}: needs two or more distinct dimensions, e.g. 100,200")
+        raise UsageError(f"--dims {text}: needs two or more distinct dimensions, e.g. 100,200")
     return sorted(set(dims))
 
 
@@ -147,26 +246,33 @@ def cmd_compare(args):
     import warnings
 
     from .compare import compare, compare_dims
+    from .files import check_output_dir
 
-    spec = load_spec(args.spec)
+    spec = _load(args)
     if (args.dim is None) == (args.dims is None):
-        raise SpecError("compare: give exactly one of --dim D or --dims D1,D2[,D3]")
+        raise UsageError("compare: give exactly one of --dim D or --dims D1,D2[,D3]")
     dims = _dims(args.dims) if args.dims is not None else None
-    _positive("--dim", args.dim)
-    _positive("--seeds", args.seeds)
-    _positive("--time", args.time)
+    _whole("--dim", args.dim, 1)
+    _whole("--seeds", args.seeds, 1)
+    _finite_positive("--time", args.time)
+    _whole("--points", args.points, 2)
+    _whole("--size", args.size, 4)
+    if args.truncation is not None:
+        _truncation(args, spec)
+    check_output_dir(args.out, "--out")
     if dims is not None and args.init == "sample":
-        raise SpecError("--init sample: needs a single --dim (the --dims theory starts from the d → ∞ state)")
+        raise UsageError("--init sample: needs a single --dim (the --dims theory starts from the d → ∞ state)")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         if dims is None:
             summary = compare(spec, dim=args.dim, seeds=args.seeds, time=args.time, points=args.points,
                               out=args.out, truncation=args.truncation, init=args.init,
-                              noise=args.noise != "off", method=args.method, size=args.size)
+                              noise=args.noise != "off", method=args.method, size=args.size,
+                              progress=not args.quiet)
         else:
             summary = compare_dims(spec, dims, seeds=args.seeds, time=args.time, points=args.points,
                                    out=args.out, truncation=args.truncation, noise=args.noise != "off",
-                                   method=args.method, size=args.size)
+                                   method=args.method, size=args.size, progress=not args.quiet)
     for w in caught:
         print(f"symattn: warning: {w.message}", file=sys.stderr)
     if dims is None:
@@ -188,11 +294,35 @@ def cmd_compare(args):
     print(f"wrote {args.out}/theory.csv, {files}, extrapolated.csv, comparison.png, summary.json")
 
 
+def cmd_examples(args):
+    from .examples import example_names, example_path
+    for name in example_names():
+        print(f"{name:28s} {example_path(name)}")
+
+
+# ---------------------------------------------------------------------------- parser
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Help text with every default shown."""
+
+
+def _common():
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--quiet", action="store_true", help="no progress or notes on stderr")
+    p.add_argument("--debug", action="store_true", help="show the Python traceback of a failure")
+    return p
+
+
+def _spec_arg(q):
+    q.add_argument("spec", help="model specification: a TOML file, or the name of a shipped example "
+                                "(symattn examples lists them)")
+
+
 def _theory_options(q, defaults_points=51):
-    q.add_argument("--time", type=float, default=1.0)
-    q.add_argument("--points", type=int, default=defaults_points)
-    q.add_argument("--truncation", type=int)
-    q.add_argument("--init", choices=["free", "sample"], default="free")
+    q.add_argument("--time", type=float, default=1.0, help="final package time nα/d")
+    q.add_argument("--points", type=int, default=defaults_points, help="output times on [0, T] (>= 2)")
+    q.add_argument("--truncation", type=int, default=None, help="word length M (default: the spec's theory.truncation)")
+    q.add_argument("--init", choices=["free", "sample"], default="free",
+                   help="initial state: free-probability limit, or the moments of simulate's matrices at --dim")
     q.add_argument("--noise", choices=["on", "off"], default="on",
                    help="SGD-noise terms of ratio ε = αd/B (off: the paper's ε → 0 limit)")
     q.add_argument("--method", choices=["moments", "spectral"], default="moments",
@@ -200,69 +330,153 @@ def _theory_options(q, defaults_points=51):
 
 
 def build_parser():
-    p = argparse.ArgumentParser(prog="symattn", description=__doc__.splitlines()[0])
+    from . import __version__
+    from .spectral import add_spectral_arguments
+
+    common = _common()
+    p = argparse.ArgumentParser(prog="symattn", description=__doc__.splitlines()[0], formatter_class=_Formatter)
+    p.add_argument("--version", action="version", version=f"symattn {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
-    q = sub.add_parser("potential", help="population loss Φ and its gradient")
-    q.add_argument("spec")
-    q.add_argument("--at", nargs="*", metavar="NAME=VALUE")
-    q.add_argument("--json", action="store_true")
+
+    def command(name, help_):
+        return sub.add_parser(name, help=help_, description=help_, parents=[common], formatter_class=_Formatter)
+
+    q = command("potential", "population loss Φ and its gradient")
+    _spec_arg(q)
+    q.add_argument("--at", action="extend", nargs="+", metavar="NAME=VALUE", default=None,
+                   help="order parameters to evaluate at (repeatable); the others at their initial values")
+    q.add_argument("--json", action="store_true", help="print value and gradient as JSON")
     q.add_argument("--tol", type=float, default=1e-8, help="quadrature tolerance")
     q.add_argument("--latex", action="store_true", help="print Φ as LaTeX")
     q.set_defaults(func=cmd_potential)
 
-    q = sub.add_parser("derive", help="derive the limit ODE system and write its generated module")
-    q.add_argument("spec")
-    q.add_argument("--truncation", type=int)
-    q.add_argument("--out")
+    q = command("derive", "derive the limit ODE system and write its generated module")
+    _spec_arg(q)
+    q.add_argument("--truncation", type=int, default=None, help="word length M (default: the spec's)")
+    q.add_argument("--out", default=None, help="module file (default generated/<name>_M<M>.py)")
     q.set_defaults(func=cmd_derive)
 
-    q = sub.add_parser("theory", help="integrate the limit equations")
-    q.add_argument("spec")
+    q = command("theory", "integrate the limit equations")
+    _spec_arg(q)
     _theory_options(q)
-    q.add_argument("--dim", type=int)
-    q.add_argument("--seed", type=int, default=0)
-    q.add_argument("--out")
+    q.add_argument("--dim", type=int, default=None, help="d for --init sample or a learning_rate spec")
+    q.add_argument("--seed", type=int, default=0, help="seed of the sampled matrices (--init sample)")
+    q.add_argument("--out", default=None, help="CSV file (default: stdout)")
     q.add_argument("--fast", action="store_true",
                    help="untied: the fast phase of the means on the fast axis nα (column time_fast); "
                         "with --dim D also on nα/d")
-    from .spectral import add_spectral_arguments
     add_spectral_arguments(q)
     q.set_defaults(func=cmd_theory)
 
-    q = sub.add_parser("compare", help="theory and simulation side by side")
-    q.add_argument("spec")
-    q.add_argument("--dim", type=int, help="one dimension d (exclusive with --dims)")
-    q.add_argument("--dims", metavar="D1,D2[,D3]",
+    q = command("simulate", "online SGD at finite d, averaged over seeds")
+    _spec_arg(q)
+    q.add_argument("--dim", type=int, default=None, metavar="D", help="embedding dimension d (required)")
+    q.add_argument("--seeds", type=int, default=1, metavar="S", help="number of seeds")
+    q.add_argument("--seed0", type=int, default=0, metavar="S0", help="first seed")
+    q.add_argument("--time", type=float, default=1.0, metavar="T", help="final package time nα/d")
+    q.add_argument("--points", type=int, default=21, metavar="N", help="measurement times on [0, T] (>= 2)")
+    q.add_argument("--out", default=None, metavar="CSV", help="output file (default: stdout)")
+    q.add_argument("--workers", type=int, default=None, metavar="W", help="parallel processes (default min(S, cores))")
+    q.add_argument("--backend", choices=["numpy", "torch", "jax"], default="numpy",
+                   help="array library of the SGD step (torch: all seeds in one batched kernel, CPU or GPU)")
+    q.add_argument("--device", default="cpu", help="cpu, or cuda[:N] with --backend torch")
+    q.add_argument("--dtype", choices=["float64", "float32"], default="float64",
+                   help="precision of the SGD step (traces are accumulated in float64)")
+    q.add_argument("--partial", action="store_true",
+                   help="on an interrupt, write the time points every seed finished to --out, marked partial")
+    q.set_defaults(func=cmd_simulate)
+
+    q = command("compare", "theory and simulation side by side")
+    _spec_arg(q)
+    q.add_argument("--dim", type=int, default=None, help="one dimension d (exclusive with --dims)")
+    q.add_argument("--dims", metavar="D1,D2[,D3]", default=None,
                    help="several d: simulate at each and extrapolate linearly in 1/d (exclusive with --dim)")
-    q.add_argument("--seeds", type=int, default=4)
+    q.add_argument("--seeds", type=int, default=4, help="seeds per dimension")
     _theory_options(q, defaults_points=21)
     q.add_argument("--size", type=int, default=1000, help="spectral: matrix size N")
-    q.add_argument("--out", default="compare_out")
+    q.add_argument("--out", default="compare_out", help="output folder")
     q.set_defaults(func=cmd_compare)
 
-    try:
-        from .simulate.cli import add_simulate_command
-        add_simulate_command(sub)
-    except ImportError:
-        pass
+    q = command("examples", "list the example specs shipped with the package")
+    q.set_defaults(func=cmd_examples)
     return p
+
+
+# ---------------------------------------------------------------------------- entry point
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (a cluster's preemption) handled like Ctrl-C."""
+
+
+def _on_sigterm(signum, frame):
+    raise _Terminated()
+
+
+def _fail(msg, code):
+    print(f"symattn: {msg}", file=sys.stderr, flush=True)
+    return code
+
+
+def _one_line(exc) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def main(argv=None):
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-    except SystemExit as exc:      # argparse already printed one usage line; status 2
+    except SystemExit as exc:      # argparse printed its usage and one error line; status 2
         return exc.code
+    from .progress import configure
+    configure(quiet=args.quiet)
+    _WRITTEN.clear()
+    old_term = signal.signal(signal.SIGTERM, _on_sigterm) if _main_thread() else None
     try:
         args.func(args)
-    except SpecError as exc:
-        print(f"symattn: error: {exc}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt as exc:
+        if args.debug:
+            raise
+        what = "written: " + ", ".join(map(str, _WRITTEN)) if _WRITTEN else "no output file was written"
+        name = "terminated" if isinstance(exc, _Terminated) else "interrupted"
+        return _fail(f"{name}; {what}", 143 if isinstance(exc, _Terminated) else 130)
     except NumericalFailure as exc:
-        print(f"symattn: numerical failure: {exc}", file=sys.stderr)
-        return 3
+        if args.debug:
+            raise
+        return _fail(f"numerical failure: {_one_line(exc)}", EXIT_NUMERICAL)
+    except SymattnError as exc:
+        if args.debug:
+            raise
+        return _fail(f"error: {_one_line(exc)}", EXIT_INPUT)
+    except MemoryError:
+        if args.debug:
+            raise
+        return _fail("error: not enough memory for this request; use a smaller size", EXIT_INPUT)
+    except RecursionError:
+        if args.debug:
+            raise
+        return _fail("error: the expression or system is too deeply nested to process", EXIT_INPUT)
+    except BrokenPipeError:                                     # the reader stopped (| head): not an error
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except OSError as exc:
+        if args.debug:
+            raise
+        where = f" {exc.filename}" if getattr(exc, "filename", None) else ""
+        return _fail(f"error: cannot access{where}: {exc.strerror or _one_line(exc)}", EXIT_INPUT)
+    except Exception as exc:                                    # a bug: still one line
+        if args.debug:
+            raise
+        return _fail(f"internal error ({type(exc).__name__}: {_one_line(exc)[:200]}); "
+                     f"rerun with --debug for the traceback", EXIT_INTERNAL)
+    finally:
+        if old_term is not None:
+            signal.signal(signal.SIGTERM, old_term)
     return 0
+
+
+def _main_thread() -> bool:
+    import threading
+    return threading.current_thread() is threading.main_thread()
 
 
 if __name__ == "__main__":

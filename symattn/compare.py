@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .files import atomic_write, check_output_dir, make_output_dir
 from .integrate import write_csv
 
 PLOT_PREFIXES = ("q_", "p_", "tr_", "m_", "q1_", "q2_", "loss")
@@ -30,47 +31,77 @@ def deviations(theory: dict, sim: dict, until: float | None = None) -> dict:
     return out
 
 
+def _until(table: dict, t_max: float | None):
+    """Mask of the rows of a theory table at times ≤ t_max (all rows when t_max is None)."""
+    t = np.asarray(table["time"], dtype=float)
+    return np.ones(len(t), bool) if t_max is None else t <= t_max + 1e-12
+
+
 def plot(theory: dict, sim: dict, path, title="", extra: dict | None = None, sims: dict | None = None,
          valid_until: float | None = None, frozen=None):
     """One panel per observable: theory lines, simulation means with standard-error bars.
 
-    ``extra``: further theory tables (dashed lines); ``sims``: further tables with ``_sem``
-    columns (e.g. simulations at other d, the 1/d extrapolation), drawn as error bars."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Theory curves are drawn in colour up to ``valid_until`` (the truncation's window of validity; a
+    dotted line marks it) and greyed beyond; the y-range is that of the simulations and the valid
+    theory only, so a curve that leaves its valid range never flattens the others. ``extra``: further theory tables
+    (dashed); ``sims``: further tables with ``_sem`` columns (e.g. other d, the 1/d extrapolation).
+    Object-oriented matplotlib: no pyplot, the global backend is left alone; written atomically."""
+    from matplotlib.figure import Figure
+
+    from .files import atomic_target
 
     def frozen_only(c):
         parts = c.split("_")[1:]
         return bool(parts) and all(p in (frozen or ()) for p in parts)
 
     cols = [c for c in theory if c != "time" and c.startswith(PLOT_PREFIXES) and c in sim and not frozen_only(c)]
-    n = len(cols)
+    n = max(len(cols), 1)
     ncol = min(3, n)
     nrow = int(np.ceil(n / ncol))
-    fig, axes = plt.subplots(nrow, ncol, figsize=(4.2 * ncol, 3.0 * nrow), squeeze=False)
+    fig = Figure(figsize=(4.2 * ncol, 3.0 * nrow + 0.6))
+    axes = fig.subplots(nrow, ncol, squeeze=False)
+    sim_tables = [(sims or {}).get("__label__", "SGD"), sim], *[
+        (k, v) for k, v in (sims or {}).items() if k != "__label__"]
     for ax, c in zip(axes.flat, cols):
-        ax.plot(theory["time"], theory[c], "-", color="C0", label="theory")
+        lo, hi = [], []
+        keep = _until(theory, valid_until)
+        tt, ty = np.asarray(theory["time"]), np.asarray(theory[c])
+        ax.plot(tt[keep], ty[keep], "-", color="C0", label="theory")
+        if not keep.all():         # beyond its validity: greyed, and outside the y-range computation
+            first = max(int(np.argmin(keep)) - 1, 0)
+            ax.plot(tt[first:], ty[first:], "-", color="0.75", lw=0.8, label="theory beyond its validity")
+        lo.append(np.nanmin(np.asarray(theory[c])[keep]))
+        hi.append(np.nanmax(np.asarray(theory[c])[keep]))
         for name, tab in (extra or {}).items():
             if c in tab:
-                ax.plot(tab["time"], tab[c], "--", label=name)
-        ax.errorbar(sim["time"], sim[c], yerr=sim.get(c + "_sem"), fmt="o", ms=3, color="C3",
-                    label=(sims or {}).get("__label__", "SGD"))
-        for m, (name, tab) in enumerate(kv for kv in (sims or {}).items() if kv[0] != "__label__"):
-            if c in tab:
-                ax.errorbar(tab["time"], tab[c], yerr=tab.get(c + "_sem"), fmt="s^vD"[m % 4], ms=3,
-                            color=f"C{4 + m}", alpha=0.8, label=name)
+                k2 = _until(tab, valid_until)
+                ax.plot(np.asarray(tab["time"])[k2], np.asarray(tab[c])[k2], "--", label=name)
+        for m, (name, tab) in enumerate(sim_tables):
+            if c not in tab:
+                continue
+            y, e = np.asarray(tab[c]), np.asarray(tab.get(c + "_sem", np.zeros(len(tab[c]))))
+            ax.errorbar(tab["time"], y, yerr=e, fmt="os^vD"[m % 5], ms=3, color="C3" if m == 0 else f"C{3 + m}",
+                        alpha=1.0 if m == 0 else 0.8, label=name)
+            lo.append(np.nanmin(y - e))
+            hi.append(np.nanmax(y + e))
+        a, b = float(np.min(lo)), float(np.max(hi))
+        pad = 0.08 * (b - a) if b > a else 0.05 * max(abs(a), 1e-3)
+        if np.isfinite(a) and np.isfinite(b):
+            ax.set_ylim(a - pad, b + pad)
         if valid_until is not None:
-            ax.axvline(valid_until, ls=":", color="gray", label="truncation gap > tol")
+            ax.axvline(valid_until, ls=":", color="gray", label="end of the truncation's validity")
         ax.set_title(c, fontsize=9)
+        ax.set_ylabel(c, fontsize=8)
         ax.set_xlabel("time nα/d", fontsize=8)
-    for ax in list(axes.flat)[n:]:
+    for ax in list(axes.flat)[len(cols):]:
         ax.axis("off")
-    axes.flat[0].legend(fontsize=7)
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), fontsize=8, frameon=False)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    fig.tight_layout(rect=(0, 0.6 / (3.0 * nrow + 0.6) + 0.02, 1, 1))
+    path = Path(path)
+    with atomic_target(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
 
 
 def theory_for(spec, time, points, truncation, init, dim, noise, method, size):
@@ -102,6 +133,8 @@ def compare(spec, dim: int, seeds: int = 4, time: float = 1.0, points: int = 21,
     from .spec import load_spec
 
     spec = load_spec(spec)
+    if out is not None:
+        check_output_dir(out, "out")
     sim = _simulate(spec, dim=dim, seeds=seeds, time=time, points=points, workers=workers, progress=progress)
     sim_table = sim.table
     theory_table, info, extra = theory_for(spec, time, points, truncation, init, dim, noise, method, size)
@@ -112,14 +145,13 @@ def compare(spec, dim: int, seeds: int = 4, time: float = 1.0, points: int = 21,
                "columns": columns,
                "columns_within_validity": deviations(theory_table, sim_table, until) if until else None}
     if out is not None:
-        out = Path(out)
-        out.mkdir(parents=True, exist_ok=True)
+        out = make_output_dir(out)
         write_csv(theory_table, out / "theory.csv")
         write_csv(sim_table, out / "simulation.csv")
         plot(theory_table, sim_table, out / "comparison.png",
              title=f"{spec.name}: d={dim}, {seeds} seeds, ε={spec.epsilon(dim):g}", extra=extra,
              valid_until=info.get("truncation_valid_until"), frozen=[spec.names[k] for k in spec.teachers])
-        (out / "summary.json").write_text(json.dumps(summary, indent=2))
+        atomic_write(out / "summary.json", json.dumps(summary, indent=2))
     summary["theory_table"], summary["simulation_table"] = theory_table, sim_table
     return summary
 
@@ -185,6 +217,8 @@ def compare_dims(spec, dims, seeds: int = 4, time: float = 1.0, points: int = 21
     if spec.noise_ratio is None:
         raise SpecError(f"{spec.source}: training.learning_rate: --dims extrapolates at fixed ε = αd/B; "
                         f"give training.noise_ratio instead")
+    if out is not None:
+        check_output_dir(out, "out")
     sims = {d: _simulate(spec, dim=d, seeds=seeds, time=time, points=points, workers=workers,
                          progress=progress).table for d in dims}
     ext = extrapolate(sims)
@@ -203,8 +237,7 @@ def compare_dims(spec, dims, seeds: int = 4, time: float = 1.0, points: int = 21
         summary["extrapolated_vs_noise_free_theory"] = deviations(
             extra["theory ε→0"], {c: v for c, v in ext.items() if not c.endswith("_slope")}, until)
     if out is not None:
-        out = Path(out)
-        out.mkdir(parents=True, exist_ok=True)
+        out = make_output_dir(out)
         write_csv(theory_table, out / "theory.csv")
         for d in dims:
             write_csv(sims[d], out / f"simulation_d{d}.csv")
@@ -214,7 +247,7 @@ def compare_dims(spec, dims, seeds: int = 4, time: float = 1.0, points: int = 21
              title=f"{spec.name}: d = {', '.join(map(str, dims))} and 1/d → 0, {seeds} seeds, ε={spec.epsilon():g}",
              extra=extra, sims={"__label__": "SGD, 1/d → 0", **{f"SGD d={d}": sims[d] for d in dims}},
              valid_until=info.get("truncation_valid_until"), frozen=[spec.names[k] for k in spec.teachers])
-        (out / "summary.json").write_text(json.dumps(summary, indent=2))
+        atomic_write(out / "summary.json", json.dumps(summary, indent=2))
     summary["theory_table"], summary["extrapolated_table"] = theory_table, ext
     summary["simulation_tables"] = sims
     return summary

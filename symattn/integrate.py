@@ -43,19 +43,26 @@ class TheoryResult:
                 "truncation_valid_until": self.valid_until, "truncation_gap_tol": self.gap_tol, **self.info}
 
 
-def write_csv(table: dict, path):
+def csv_text(table: dict, digits: int = 10) -> str:
+    """The CSV text of a table (header of column names, one row per time, ``digits`` significant digits)."""
     cols = list(table)
-    n = len(table[cols[0]])
-    with open(path, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(cols)
-        for i in range(n):
-            w.writerow([f"{float(table[c][i]):.10g}" for c in cols])
+    n = len(table[cols[0]]) if cols else 0
+    fmt = f"{{:.{int(digits)}g}}"
+    lines = [",".join(cols)]
+    for i in range(n):
+        lines.append(",".join(fmt.format(float(table[c][i])) for c in cols))
+    return "\n".join(lines) + "\n"
+
+
+def write_csv(table: dict, path, digits: int = 10):
+    """Write ``csv_text(table)`` to ``path`` atomically (complete or absent, never torn)."""
+    from .files import atomic_write
+    atomic_write(path, csv_text(table, digits))
 
 
 def read_csv(path) -> dict:
     with open(path) as fh:
-        rows = list(csv.reader(fh))
+        rows = [r for r in csv.reader(fh) if r and not r[0].startswith("#")]
     cols = rows[0]
     data = np.array([[float(x) for x in r] for r in rows[1:]])
     return {c: data[:, i] for i, c in enumerate(cols)}
@@ -78,11 +85,20 @@ def solve(system, y0, time: float, points: int, epsilon: float = 0.0, rtol=None,
         return BLOWUP - np.max(np.abs(y)) if np.all(np.isfinite(y)) else -1.0
     blowup.terminal = True
 
+    from .progress import Progress, notes_enabled
+    bar = Progress(1000, f"integrate M={system.truncation}", enabled=notes_enabled(), unit="‰")
+
+    def rhs(t, y, p):
+        bar.update(int(1000 * t / time) if time > 0 else 0)
+        return mod.rhs(t, y, p)
+
     try:
-        sol = solve_ivp(mod.rhs, (0.0, time), np.asarray(y0, dtype=float), t_eval=t_eval, args=(params,),
+        sol = solve_ivp(rhs, (0.0, time), np.asarray(y0, dtype=float), t_eval=t_eval, args=(params,),
                         method="DOP853", rtol=rtol, atol=atol, events=blowup)
     except (ValueError, ArithmeticError, np.linalg.LinAlgError) as exc:   # e.g. no slaved mean (untied)
         raise NumericalFailure(f"integration of the M={system.truncation} system failed: {exc}") from None
+    finally:
+        bar.close()
     Y = sol.y.T
     diverged = None
     if sol.status == 1 or sol.status == -1 or not np.all(np.isfinite(Y)):

@@ -14,6 +14,9 @@ from pathlib import Path
 import numpy as np
 import sympy as sp
 
+from .errors import SpecError
+from .symbolic.parse import ExpressionError, parse_expression
+
 ACTIVATIONS = ("linear", "h1", "h2", "h3", "softmax", "relu", "tanh")
 PARAMETERIZATIONS = ("direct", "tied", "untied", "identity")
 ROLES = ("student", "teacher")
@@ -25,9 +28,16 @@ _INDEX_KEYS = {"name", "role", "parameterization", "width", "init_scale", "scale
 _TRAINING_KEYS = {"batch_size", "noise_ratio", "learning_rate", "weight_decay"}
 _THEORY_KEYS = {"truncation"}
 
-
-class SpecError(ValueError):
-    """An invalid model specification (one line: file, key, what is allowed)."""
+# sizes beyond which the derivation or the simulation cannot run on one machine: refused up front
+MAX_TOKENS = 16            # L: the loss has L²K Gaussian pre-activations, softmax Φ needs L-dim rules
+MAX_INDICES = 8            # K: the hierarchy has ~K^M/(2M) words
+MAX_BATCH = 2**24          # B: one batch is B·L·d numbers
+MAX_BETA = 50.0            # |β|: exp(β G) overflows double precision for β·|G| > 709
+MAX_TRUNCATION = 16        # M: words of length ≤ M
+MAX_MOMENTS = 200_000      # estimated hierarchy size refused beyond this
+MAX_WIDTH = 64.0           # κ = d_k/d
+MAX_SCALE = 1e3            # σ, scale, label noise, ε, α, γ: beyond, every order parameter overflows
+Z = sp.Symbol("z")
 
 
 @dataclass(frozen=True)
@@ -125,7 +135,7 @@ def _fail(src, key, msg):
     raise SpecError(f"{src}: {key}: {msg}")
 
 
-def _number(src, key, value, *, low=None, strict=False, integer=False):
+def _number(src, key, value, *, low=None, strict=False, integer=False, high=None):
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         _fail(src, key, f"expected a {'whole number' if integer else 'number'}, got {value!r}")
     if integer and not float(value).is_integer():
@@ -134,6 +144,8 @@ def _number(src, key, value, *, low=None, strict=False, integer=False):
         _fail(src, key, f"expected a finite number, got {value!r}")
     if low is not None and (value < low or (strict and value == low)):
         _fail(src, key, f"must be {'>' if strict else '>='} {low}, got {value!r}")
+    if high is not None and abs(value) > high:
+        _fail(src, key, f"must be at most {high:g} in magnitude, got {value!r}")
     return int(value) if integer else float(value)
 
 
@@ -161,41 +173,77 @@ def activation_expr(name: str, beta: float = 1.0):
     return table.get(name)
 
 
+def _finite_at(expr, points) -> str | None:
+    """The first point (as text) where ``expr`` is not a finite real number, else None."""
+    for sub in points:
+        try:
+            v = complex(expr.xreplace(sub).evalf(15))
+        except (TypeError, ValueError, ZeroDivisionError, OverflowError):
+            return ", ".join(f"{k}={float(x):g}" for k, x in sub.items())
+        if abs(v.imag) > 1e-12 * max(1.0, abs(v.real)) or not math.isfinite(v.real):
+            return ", ".join(f"{k}={float(x):g}" for k, x in sub.items())
+    return None
+
+
+def activation_sympy(value: str):
+    """The SymPy expression in z of a custom activation string (safe parser, no ``eval``)."""
+    return parse_expression(value, {"z": Z})
+
+
 def _check_activation(src, value):
     if not isinstance(value, str) or not value.strip():
-        _fail(src, "model.activation", f"expected one of {', '.join(ACTIVATIONS)} or a SymPy expression in z")
+        _fail(src, "model.activation", f"expected one of {', '.join(ACTIVATIONS)} or an expression in z")
     if value in ACTIVATIONS:
         return value
     try:
-        expr = sp.sympify(value, locals={"z": sp.Symbol("z")})
-    except (sp.SympifyError, SyntaxError, TypeError, ValueError) as exc:
-        _fail(src, "model.activation", f"cannot parse {value!r} as a SymPy expression in z ({type(exc).__name__})")
-    extra = {s.name for s in expr.free_symbols} - {"z"}
-    if extra:
-        _fail(src, "model.activation", f"expression may use only z, found {', '.join(sorted(extra))}")
+        expr = activation_sympy(value)
+    except ExpressionError as exc:
+        _fail(src, "model.activation", str(exc))
+    bad = _finite_at(expr, [{Z: sp.Float(v)} for v in (0.0, -0.5, 0.5, -1.0, 1.0, -2.5, 2.5, -6.0, 6.0)])
+    if bad is not None:
+        _fail(src, "model.activation", f"{value!r} is not a finite real number at {bad}; the activation "
+                                       f"must be finite for every real z")
     return value
 
 
 _GSYM = re.compile(r"^G_(\d+)_(\d+)_(\d+)$")
 
 
+def loss_symbols(L: int, K: int) -> dict:
+    """name → SymPy symbol of every pre-activation G_i_j_k (1-based) of a custom loss."""
+    return {f"G_{i}_{j}_{k}": sp.Symbol(f"G_{i}_{j}_{k}", real=True)
+            for i in range(1, L + 1) for j in range(1, L + 1) for k in range(1, K + 1)}
+
+
+def loss_sympy(value: str, L: int, K: int):
+    """The SymPy expression of a custom loss string (safe parser, no ``eval``)."""
+    return parse_expression(value, loss_symbols(L, K))
+
+
 def _check_loss(src, value, L, K):
     if not isinstance(value, str):
-        _fail(src, "model.loss", f"expected a SymPy expression in G_i_j_k, got {value!r}")
+        _fail(src, "model.loss", f"expected an expression in G_i_j_k, got {value!r}")
     try:
-        expr = sp.sympify(value)
-    except (sp.SympifyError, SyntaxError, TypeError, ValueError) as exc:
-        _fail(src, "model.loss", f"cannot parse {value!r} ({type(exc).__name__})")
+        expr = loss_sympy(value, L, K)
+    except ExpressionError as exc:
+        msg = str(exc)
+        if "unknown name" in msg:
+            msg += f"; use G_i_j_k with 1 <= i, j <= {L}, 1 <= k <= {K}"
+        _fail(src, "model.loss", msg)
     if not expr.free_symbols:
         _fail(src, "model.loss", "the loss must depend on some G_i_j_k")
-    for s in expr.free_symbols:
-        m = _GSYM.match(s.name)
-        if not m:
-            _fail(src, "model.loss", f"unknown symbol {s.name}; use G_i_j_k with 1 <= i, j <= {L}, 1 <= k <= {K}")
-        i, j, k = map(int, m.groups())
-        if not (1 <= i <= L and 1 <= j <= L and 1 <= k <= K):
-            _fail(src, "model.loss", f"{s.name} out of range; 1 <= i, j <= {L}, 1 <= k <= {K}")
+    rng = np.random.default_rng(0)
+    syms = sorted(expr.free_symbols, key=lambda s: s.name)
+    points = [{s: sp.Float(0.0) for s in syms}] + [
+        {s: sp.Float(float(x)) for s, x in zip(syms, rng.standard_normal(len(syms)))} for _ in range(3)]
+    bad = _finite_at(expr, points)
+    if bad is not None:
+        _fail(src, "model.loss", f"not a finite real number at {_short(bad)}")
     return value
+
+
+def _short(text, n=60):
+    return text if len(text) <= n else text[:n] + "…"
 
 
 def _covariance(src, value, L):
@@ -239,7 +287,7 @@ def _index(src, n, raw, seen):
         _fail(src, f"{key}.parameterization", f"expected one of {', '.join(PARAMETERIZATIONS)}, got {par!r}")
     if par == "identity" and role == "student":
         _fail(src, f"{key}.parameterization", "identity is teacher-only; a student is direct, tied or untied")
-    width = _number(src, f"{key}.width", raw.get("width", 1.0), low=0.0, strict=True)
+    width = _number(src, f"{key}.width", raw.get("width", 1.0), low=0.0, strict=True, high=MAX_WIDTH)
     if "width" in raw and par in ("direct", "identity"):
         _fail(src, f"{key}.width", f"not used by a {par} index; allowed for tied and untied")
     if "init_scale" in raw and par == "identity":
@@ -248,14 +296,14 @@ def _index(src, n, raw, seen):
     if isinstance(init, list):
         if par != "untied" or len(init) != 2:
             _fail(src, f"{key}.init_scale", "a pair [σ_U, σ_V] is allowed only for untied indices")
-        init = tuple(_number(src, f"{key}.init_scale", v, low=0.0) for v in init)
+        init = tuple(_number(src, f"{key}.init_scale", v, low=0.0, high=MAX_SCALE) for v in init)
     else:
-        init = (_number(src, f"{key}.init_scale", init, low=0.0),)
+        init = (_number(src, f"{key}.init_scale", init, low=0.0, high=MAX_SCALE),)
     if par in ("tied", "untied") and min(init) == 0.0:
         _fail(src, f"{key}.init_scale", f"must be > 0 for a {par} index (zero factors never move)")
     if "scale" in raw and par != "identity":
         _fail(src, f"{key}.scale", "only an identity teacher has a scale")
-    scale = _number(src, f"{key}.scale", raw.get("scale", 1.0))
+    scale = _number(src, f"{key}.scale", raw.get("scale", 1.0), high=MAX_SCALE)
     return Index(name=name, role=role, parameterization=par, width=width, init_scale=init, scale=scale)
 
 
@@ -267,10 +315,20 @@ def load_spec(source) -> Spec:
         raw, src = source, "<dict>"
     else:
         src = str(source)
+        if not Path(source).exists():
+            from .examples import example_path
+            shipped = example_path(src)
+            source = shipped if shipped is not None else source
         try:
-            text = Path(source).read_text()
+            data = Path(source).read_bytes()
         except OSError as exc:
             raise SpecError(f"{src}: cannot read file ({exc.strerror or exc})") from None
+        if len(data) > 1_000_000:
+            raise SpecError(f"{src}: file too large for a spec ({len(data)} bytes)")
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise SpecError(f"{src}: not a UTF-8 text file (a spec is TOML text)") from None
         try:
             raw = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
@@ -281,15 +339,20 @@ def load_spec(source) -> Spec:
         _fail(src, "name", f"expected a file-name-safe string ([A-Za-z0-9_-]+), got {name!r}")
     model = _table(src, "model", raw.get("model", {}), _MODEL_KEYS)
     L = _number(src, "model.tokens", model.get("tokens", 1), low=1, integer=True)
+    if L > MAX_TOKENS:
+        _fail(src, "model.tokens", f"at most {MAX_TOKENS} tokens are supported (the loss has L²K Gaussian "
+                                   f"pre-activations), got {L}")
     C = _covariance(src, model.get("token_covariance", "identity"), L)
     activation = _check_activation(src, model.get("activation", "linear"))
     beta = _number(src, "model.beta", model.get("beta", 1.0))
+    if abs(beta) > MAX_BETA:
+        _fail(src, "model.beta", f"|β| must be <= {MAX_BETA:g} (exp(β·G) overflows beyond), got {beta:g}")
     if "beta" in model and activation != "softmax":
         _fail(src, "model.beta", "only the softmax activation has an inverse temperature")
     readout = model.get("readout", "sum")
     if readout not in READOUTS:
         _fail(src, "model.readout", f"expected one of {', '.join(READOUTS)}, got {readout!r}")
-    noise = _number(src, "model.label_noise", model.get("label_noise", 0.0), low=0.0)
+    noise = _number(src, "model.label_noise", model.get("label_noise", 0.0), low=0.0, high=MAX_SCALE)
     if "indices" not in raw:
         _fail(src, "indices", "at least one [[indices]] table is required")
     if not isinstance(raw["indices"], list) or not raw["indices"]:
@@ -299,6 +362,8 @@ def load_spec(source) -> Spec:
         ix = _index(src, n, item, seen)
         seen.add(ix.name)
         indices.append(ix)
+    if len(indices) > MAX_INDICES:
+        _fail(src, "indices", f"at most {MAX_INDICES} indices are supported, got {len(indices)}")
     if not any(ix.role == "student" for ix in indices):
         _fail(src, "indices", "at least one index must have role = \"student\"")
     loss = model.get("loss")
@@ -310,16 +375,21 @@ def load_spec(source) -> Spec:
         _fail(src, "model.tokens", "softmax over a single token is constant; use tokens >= 2")
     training = _table(src, "training", raw.get("training", {}), _TRAINING_KEYS)
     B = _number(src, "training.batch_size", training.get("batch_size", 1), low=1, integer=True)
+    if B > MAX_BATCH:
+        _fail(src, "training.batch_size", f"at most {MAX_BATCH} samples per batch, got {B}")
     if "noise_ratio" in training and "learning_rate" in training:
         _fail(src, "training.learning_rate", "give either noise_ratio or learning_rate, not both")
     eps = lr = None
     if "learning_rate" in training:
-        lr = _number(src, "training.learning_rate", training["learning_rate"], low=0.0, strict=True)
+        lr = _number(src, "training.learning_rate", training["learning_rate"], low=0.0, strict=True,
+                     high=1e6)
     else:
-        eps = _number(src, "training.noise_ratio", training.get("noise_ratio", 0.01), low=0.0)
-    gamma = _number(src, "training.weight_decay", training.get("weight_decay", 0.0), low=0.0)
+        eps = _number(src, "training.noise_ratio", training.get("noise_ratio", 0.01), low=0.0, high=MAX_SCALE)
+    gamma = _number(src, "training.weight_decay", training.get("weight_decay", 0.0), low=0.0, high=MAX_SCALE)
     theory = _table(src, "theory", raw.get("theory", {}), _THEORY_KEYS)
     M = _number(src, "theory.truncation", theory.get("truncation", 4), low=2, integer=True)
+    if M > MAX_TRUNCATION:
+        _fail(src, "theory.truncation", f"at most {MAX_TRUNCATION}, got {M}")
     return Spec(name=name, tokens=L, covariance=C, activation=activation, beta=beta, readout=readout,
                 label_noise=noise, loss=loss, indices=tuple(indices), batch_size=B, noise_ratio=eps,
                 learning_rate=lr, weight_decay=gamma, truncation=M, source=src, raw=raw)

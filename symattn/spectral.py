@@ -64,6 +64,7 @@ the same order as the ones the deterministic solver has already.
 from __future__ import annotations
 
 import csv
+import io
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -616,34 +617,27 @@ class SpectralResult:
         return list(self.table)
 
     def to_csv(self, path):
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        cols = self.columns()
-        with open(path, "w", newline="") as fh:
-            w = csv.writer(fh)
-            w.writerow(cols)
-            for i in range(len(self.table["time"])):
-                w.writerow([repr(float(self.table[c][i])) for c in cols])
-        return path
+        from .integrate import write_csv
+        write_csv(self.table, path, digits=17)
+        return Path(path)
 
     def spectra_to_csv(self, path, quantiles=None, full: bool = False):
         """Rows (time, index); columns ``q_0.01 … q_0.99`` (empirical quantiles of the N eigenvalues),
-        or with ``full=True`` all sorted eigenvalues ``e_0 … e_{N−1}``."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        or with ``full=True`` all sorted eigenvalues ``e_0 … e_{N−1}``. Written atomically."""
+        from .files import atomic_write
         if quantiles is None:
             quantiles = np.round(np.arange(1, 100) / 100, 2)
         quantiles = np.asarray(quantiles, dtype=float)
-        with open(path, "w", newline="") as fh:
-            w = csv.writer(fh)
-            n0 = next(iter(self.spectra.values())).shape[1] if self.spectra else 0
-            head = [f"e_{i}" for i in range(n0)] if full else [f"q_{p:g}" for p in quantiles]
-            w.writerow(["time", "index"] + head)
-            for i, t in enumerate(self.time):
-                for name, ev in self.spectra.items():
-                    vals = ev[i] if full else np.quantile(ev[i], quantiles)
-                    w.writerow([repr(float(t)), name] + [repr(float(v)) for v in vals])
-        return path
+        buf = io.StringIO()
+        w = csv.writer(buf)
+        n0 = next(iter(self.spectra.values())).shape[1] if self.spectra else 0
+        head = [f"e_{i}" for i in range(n0)] if full else [f"q_{p:g}" for p in quantiles]
+        w.writerow(["time", "index"] + head)
+        for i, t in enumerate(self.time):
+            for name, ev in self.spectra.items():
+                vals = ev[i] if full else np.quantile(ev[i], quantiles)
+                w.writerow([repr(float(t)), name] + [repr(float(v)) for v in vals])
+        return atomic_write(path, buf.getvalue())
 
 
 def solve_spectral(spec, time: float = 1.0, points: int = 51, size: int = 1000, seed: int = 0,
@@ -741,18 +735,18 @@ def plot_spectra(result: SpectralResult, sim_eigs=None, path="spectra.png", time
     time nearest to each given time. The exact zero atom of a rank-deficient tied student is left
     out of the histograms (its mass is written in the legend)."""
     import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     names = list(result.spectra)
     if sim_eigs is not None and names and not isinstance(next(iter(sim_eigs.values())), dict):
         sim_eigs = {names[0]: sim_eigs}
     tgrid = result.time
-    fig, axes = plt.subplots(len(names), 1, figsize=(7, 3.2 * max(1, len(names))), squeeze=False)
+    fig = Figure(figsize=(7, 3.2 * max(1, len(names))))
+    axes = fig.subplots(len(names), 1, squeeze=False)
     for ax, name in zip(axes[:, 0], names):
         sims = (sim_eigs or {}).get(name, {})
         ts = list(sims) if sims else (times if times is not None else np.linspace(tgrid[0], tgrid[-1], 4))
-        colors = plt.cm.viridis(np.linspace(0, 0.9, len(ts)))
+        colors = matplotlib.colormaps["viridis"](np.linspace(0, 0.9, len(ts)))
         idx = [int(np.argmin(np.abs(tgrid - float(t)))) for t in ts]
         pool = [result.spectra[name][i] for i in idx] + [np.asarray(sims[t], float) for t in sims]
         lo = min(float(np.min(v)) for v in pool)
@@ -776,33 +770,21 @@ def plot_spectra(result: SpectralResult, sim_eigs=None, path="spectra.png", time
         ax.set_ylabel("density")
         ax.legend(fontsize=7)
     fig.tight_layout()
+    from .files import atomic_target
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with atomic_target(path) as tmp:
+        fig.savefig(tmp, dpi=120, format=path.suffix.lstrip(".") or "png")
     return path
 
 
 # ============================================================================ command-line helpers
 def add_spectral_arguments(parser):
-    """Options of ``symattn theory SPEC --method spectral``: --method (if absent), --size, --spectra,
-    --spectra-full, --no-error-estimate, --spectra-plot. Existing options (--time, --points, --seed,
-    --out) are reused when present and added otherwise."""
-    have = set(parser._option_string_actions)
-    if "--method" not in have:
-        parser.add_argument("--method", choices=["moments", "spectral"], default="moments",
-                            help="moments: truncated hierarchy; spectral: matrix-level flow at size N")
-    if "--time" not in have:
-        parser.add_argument("--time", type=float, default=1.0)
-    if "--points" not in have:
-        parser.add_argument("--points", type=int, default=51)
-    if "--seed" not in have:
-        parser.add_argument("--seed", type=int, default=0)
-    if "--out" not in have:
-        parser.add_argument("--out", default=None)
-    parser.add_argument("--size", type=int, default=1000, help="spectral: matrix size N (default 1000)")
+    """Options of ``symattn theory SPEC --method spectral`` (--time, --points, --seed, --out and
+    --method are the theory command's own): --size, --realisations, --spectra, --spectra-full,
+    --spectra-plot, --no-error-estimate."""
+    parser.add_argument("--size", type=int, default=1000, help="spectral: matrix size N")
     parser.add_argument("--realisations", type=int, default=4,
-                        help="spectral with SGD noise (ε > 0): antithetic noise paths averaged (default 4)")
+                        help="spectral with SGD noise (ε > 0): antithetic noise paths averaged")
     parser.add_argument("--spectra", default=None, metavar="FILE",
                         help="spectral: write eigenvalue quantiles per time to FILE (CSV)")
     parser.add_argument("--spectra-full", action="store_true", help="spectral: all N eigenvalues in --spectra")
@@ -813,18 +795,15 @@ def add_spectral_arguments(parser):
 
 
 def run_spectral_from_args(spec, args) -> SpectralResult:
-    """Run ``solve_spectral`` from parsed arguments; write --out (default ``<name>_spectral.csv``),
-    --spectra and --spectra-plot. Returns the result."""
+    """Run ``solve_spectral`` from parsed ``theory`` arguments; write --spectra and --spectra-plot
+    (the table itself is written by the caller, to --out or stdout). Returns the result."""
     spec = load_spec(spec)
-    g = lambda n, d: getattr(args, n, d) if getattr(args, n, None) is not None else d  # noqa: E731
-    eps = 0.0 if g("noise", "on") == "off" else spec.epsilon(g("dim", None))
-    res = solve_spectral(spec, time=g("time", 1.0), points=g("points", 51), size=g("size", 1000),
-                         seed=g("seed", 0), error_estimate=not getattr(args, "no_error_estimate", False),
-                         epsilon=eps or None, noise_realisations=g("realisations", 4), noise_antithetic=eps > 0)
-    out = g("out", None) or f"{spec.name}_spectral.csv"
-    res.to_csv(out)
-    if getattr(args, "spectra", None):
-        res.spectra_to_csv(args.spectra, full=getattr(args, "spectra_full", False))
-    if getattr(args, "spectra_plot", None):
+    eps = 0.0 if args.noise == "off" else spec.epsilon(args.dim)
+    res = solve_spectral(spec, time=args.time, points=args.points, size=args.size, seed=args.seed,
+                         error_estimate=not args.no_error_estimate, epsilon=eps or None,
+                         noise_realisations=args.realisations, noise_antithetic=eps > 0)
+    if args.spectra:
+        res.spectra_to_csv(args.spectra, full=args.spectra_full)
+    if args.spectra_plot:
         plot_spectra(res, path=args.spectra_plot)
     return res

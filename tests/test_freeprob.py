@@ -21,7 +21,7 @@ import math
 import random
 import time
 from fractions import Fraction
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 import pytest
@@ -72,7 +72,7 @@ def cumulant_moment(w, laws):
     """φ(a_1..a_n) = Σ_{block {0=i_1<..<i_s} of one index} κ_s Π φ(gaps) (first-block recursion)."""
     ks = tuple(k for k, _ in w)
 
-    @lru_cache(maxsize=None)
+    @cache
     def phi(t):
         if not t:
             return sp.Integer(1)

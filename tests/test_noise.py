@@ -199,7 +199,7 @@ def check_against_sgd(label, spec, T, dims=(100, 200), seeds=3, M=4, rel_allow=0
             n = len(o["dev_eps"])
             stats[d] = (o["dev_eps"].mean(), o["dev_eps"].std(ddof=1) / np.sqrt(n), o["dev_0"].mean(),
                         o["noise"].mean(), o["change"].mean())
-        (a1, s1, z1, n1, ch1), (a2, s2, z2, n2, ch2) = stats[d1], stats[d2]
+        (a1, s1, z1, _n1, _ch1), (a2, s2, z2, n2, ch2) = stats[d1], stats[d2]
         x = 1.0 / np.array([d1, d2])
         ext = (a2 * x[0] - a1 * x[1]) / (x[0] - x[1])
         ext_err = np.hypot(s2 * x[0], s1 * x[1]) / (x[0] - x[1])

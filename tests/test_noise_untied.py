@@ -70,7 +70,6 @@ def make(act="linear", L=1, B=4, eps=0.1, cov=None, student=(1.0, 1.0), teacher=
 def initial_factors(spec, d, seed, family="plain", rho=0.5):
     facs = draw_initial(spec, d, np.random.default_rng(seed))
     if family == "traced":
-        rng = np.random.default_rng([seed, 77])
         for f in facs:
             U, V = f["U"], f["V"]
             su, sv = np.std(U) or 1.0, np.std(V) or 1.0

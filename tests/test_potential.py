@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import json
 import math
-import time
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 import pytest
@@ -101,7 +100,7 @@ CASES = {
 ALL_CASES = {c: (v[0], v[1] + v[2], v[3]) for c, v in CASES.items()}
 
 
-@lru_cache(maxsize=None)
+@cache
 def potential_of(case):
     spec, _, tol = ALL_CASES[case]
     return Potential(spec, tol=tol)
@@ -153,7 +152,7 @@ def theta_derivatives(spec, names, theta):
     return np.array(dmu), np.array(dcov)
 
 
-@lru_cache(maxsize=None)
+@cache
 def mc_functions(case):
     """Per term group (terms sharing their variables): lambdified (𝓛_g, ∇𝓛_g, upper ∇²𝓛_g)."""
     spec = symattn.load_spec(ALL_CASES[case][0])

@@ -1,7 +1,6 @@
 """The all-time spectral solver of the d → ∞ matrix flow (symattn.spectral, issue 6)."""
 from __future__ import annotations
 
-import argparse
 import csv
 import math
 
@@ -11,9 +10,16 @@ from scipy.integrate import quad
 
 from symattn.errors import NumericalFailure
 from symattn.spec import SpecError, load_spec
-from symattn.spectral import (add_spectral_arguments, free_poisson_moments, free_poisson_quantiles,
-                              haar_orthogonal, initial_realisation, plot_spectra, run_spectral_from_args,
-                              semicircle_quantiles, solve_spectral)
+from symattn.spectral import (
+    free_poisson_moments,
+    free_poisson_quantiles,
+    haar_orthogonal,
+    initial_realisation,
+    plot_spectra,
+    run_spectral_from_args,
+    semicircle_quantiles,
+    solve_spectral,
+)
 
 
 def _spec(students, teachers=(), loss=None, activation="linear", gamma=0.0, name="t"):
@@ -270,13 +276,14 @@ def test_untied_refused():
 
 
 def test_csv_plot_and_cli_helpers(tmp_path):
-    parser = argparse.ArgumentParser()
-    parser.add_argument("spec")
-    add_spectral_arguments(parser)
+    from symattn.cli import build_parser
     out, spectra, png = tmp_path / "th.csv", tmp_path / "sp.csv", tmp_path / "sp.png"
-    args = parser.parse_args(["x", "--method", "spectral", "--size", "40", "--time", "0.2", "--points", "3",
-                              "--out", str(out), "--spectra", str(spectra), "--spectra-plot", str(png)])
+    args = build_parser().parse_args(["theory", "x", "--method", "spectral", "--size", "40", "--time", "0.2",
+                                      "--points", "3", "--out", str(out), "--spectra", str(spectra),
+                                      "--spectra-plot", str(png)])
     res = run_spectral_from_args(H2, args)
+    assert not out.exists()                       # the table is the caller's to write (once)
+    res.to_csv(out)
     with open(out) as fh:
         rows = list(csv.reader(fh))
     head = rows[0]

@@ -17,7 +17,6 @@ from sympy.printing.pycode import pycode
 from ..symbolic.quadrature import canonical_basis
 
 
-
 def fnum(x) -> str:
     """Deterministic float literal."""
     x = float(x)

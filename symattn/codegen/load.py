@@ -1,12 +1,28 @@
-"""Write generated modules to ``generated/`` and import them."""
+"""Write generated modules and import them through a cache that cannot be poisoned or torn.
+
+The compiled-module cache is a per-user folder, ``$SYMATTN_CACHE`` or
+``$XDG_CACHE_HOME/symattn`` (default ``~/.cache/symattn``), with a subfolder per package and
+Numba version, created with mode 0700. A module is stored as ``m_<sha256 of its source>.py``,
+written to a temporary file and renamed into place, so a concurrent job never reads half a
+module. On load the file's bytes are hashed again and compared with its name: a planted,
+edited or truncated file is never executed — it is rewritten from the source in hand. The
+verified bytes themselves are compiled (not re-read), so what runs is what was checked.
+Where no cache folder can be written (a read-only home), a private temporary folder is used.
+"""
 from __future__ import annotations
 
 import hashlib
 import importlib.util
 import os
+import stat
 import sys
 import tempfile
 from pathlib import Path
+
+from ..errors import UsageError
+from ..files import atomic_write
+
+_FALLBACK: list = []
 
 
 def default_path(spec, truncation: int, root: str | Path = "generated") -> Path:
@@ -14,41 +30,94 @@ def default_path(spec, truncation: int, root: str | Path = "generated") -> Path:
 
 
 def write_module(source: str, path: str | Path) -> Path:
+    """Write a generated module where the user asked (``derive --out``), atomically."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(source)
-    return path
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return atomic_write(path, source)
+    except OSError as exc:
+        raise UsageError(f"--out {path}: cannot write ({exc.strerror or exc})") from None
 
 
-def import_module(path: str | Path):
-    """Import a generated module from its file (a content-addressed cache file is imported once)."""
-    path = Path(path).resolve()
-    # a stable name: numba's on-disk cache refers to the module by it. Cache files are named by
-    # their content already; other files get a digest of their path.
-    name = f"symattn_generated_{path.stem}"
-    if path.parent == cache_dir().resolve():
-        if name in sys.modules:                     # same content, already compiled
-            return sys.modules[name]
-    else:
-        name += "_" + hashlib.sha256(str(path).encode()).hexdigest()[:10]
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
-def cache_dir() -> Path:
+def _versions() -> str:
     import numba
 
     from .. import __version__
-    default = os.path.join(tempfile.gettempdir(), f"symattn-cache-{__version__}-numba{numba.__version__}")
-    return Path(os.environ.get("SYMATTN_CACHE") or default)
+    return f"symattn-{__version__}-numba{numba.__version__}"
+
+
+def _private_dir(path: Path) -> Path | None:
+    """``path`` created with mode 0700, or None when it cannot be made private to this user."""
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        st = path.stat()
+        if st.st_uid != os.getuid():
+            return None
+        if stat.S_IMODE(st.st_mode) & 0o077:
+            os.chmod(path, 0o700)
+        probe = path / f".probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+        return path
+    except OSError:
+        return None
+
+
+def cache_dir() -> Path:
+    """The per-user module cache (module docstring); a private temporary folder as fallback."""
+    root = os.environ.get("SYMATTN_CACHE")
+    if not root:
+        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        root = os.path.join(xdg, "symattn")
+    got = _private_dir(Path(root) / _versions())
+    if got is not None:
+        return got
+    if not _FALLBACK:
+        _FALLBACK.append(Path(tempfile.mkdtemp(prefix="symattn-cache-")))
+    return _FALLBACK[0]
+
+
+def _exec_verified(name: str, path: Path, data: bytes):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    code = compile(data, str(path), "exec")
+    sys.modules[name] = mod
+    try:
+        exec(code, mod.__dict__)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return mod
+
+
+def import_module(path: str | Path):
+    """Import a generated module from a file the user wrote (``derive --out``) or the cache."""
+    path = Path(path).resolve()
+    data = path.read_bytes()
+    name = f"symattn_generated_{path.stem}_{_digest(str(path).encode())[:10]}"
+    return _exec_verified(name, path, data)
 
 
 def cached_module(source: str):
-    """Import generated source through a content-addressed file in the cache directory."""
-    path = cache_dir() / f"m_{hashlib.sha256(source.encode()).hexdigest()[:20]}.py"
-    if not path.exists():
-        write_module(source, path)
-    return import_module(path)
+    """Import generated ``source`` through its content-addressed file in the cache (verified)."""
+    data = source.encode()
+    digest = _digest(data)[:20]
+    name = f"symattn_generated_m_{digest}"
+    if name in sys.modules:                     # same content, already compiled in this process
+        return sys.modules[name]
+    folder = cache_dir()
+    path = folder / f"m_{digest}.py"
+    try:
+        ok = path.is_file() and _digest(path.read_bytes())[:20] == digest
+    except OSError:
+        ok = False
+    if not ok:                                  # absent, planted, edited or torn: write it anew
+        from ..progress import note
+        note(f"compiling the generated right-hand side ({source.count(chr(10))} lines; first use of "
+             f"this model, cached in {folder})")
+        atomic_write(path, data, mode=0o600)
+    return _exec_verified(name, path, data)

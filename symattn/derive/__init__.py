@@ -1,7 +1,31 @@
 """Derivations from a spec: the potential Φ (``potential``) and the limit ODE systems (``hierarchy``)."""
 from __future__ import annotations
 
-from ..spec import load_spec
+from ..spec import MAX_MOMENTS, load_spec
+
+MAX_ENUMERATION = 20_000_000     # letter strings the word enumeration may visit
+
+
+def estimate_size(spec, truncation: int) -> dict:
+    """Letters, estimated number of moments (canonical words up to length M, ≈ Σ_w n^w/(2w)) and
+    letter strings visited by the enumeration (Σ_w n^w) of a hierarchy, before building it."""
+    n = sum(1 if ix.symmetric else 4 for ix in spec.indices)
+    M = int(truncation)
+    if {spec.indices[k].parameterization for k in spec.students} == {"direct"}:
+        M = 2                                    # the direct system closes at M = 2
+    return {"letters": n, "moments": sum(n**w / (2 * w) for w in range(1, M + 1)),
+            "strings": sum(n**w for w in range(1, M + 1)), "truncation": M}
+
+
+def check_size(spec, truncation: int) -> dict:
+    """Refuse (SpecError naming theory.truncation) a hierarchy too large to build; else its estimate."""
+    from ..errors import SpecError
+    est = estimate_size(spec, truncation)
+    if est["moments"] > MAX_MOMENTS or est["strings"] > MAX_ENUMERATION:
+        raise SpecError(f"{spec.source}: theory.truncation: M = {truncation} over {est['letters']} letters gives "
+                        f"~{est['moments']:.2g} moments (at most {MAX_MOMENTS}); use a smaller truncation "
+                        f"(--truncation) or the matrix-level solver (--method spectral)")
+    return est
 
 
 def derive(spec, truncation: int | None = None, tol: float = 1e-8):
@@ -10,10 +34,14 @@ def derive(spec, truncation: int | None = None, tol: float = 1e-8):
     Returns a system object with ``words``, sparse ``terms``, ``source()`` (generated module)
     and ``module()`` (the compiled right-hand side).
     """
+    from ..progress import note
     from .hierarchy import derive_symmetric
     from .potential import Potential
 
     spec = load_spec(spec)
+    est = check_size(spec, truncation or spec.truncation)
+    note(f"deriving {spec.name} (M = {est['truncation']}): ~{est['moments']:.3g} moments over "
+         f"{est['letters']} letters")
     P = Potential(spec, tol=tol)
     if any(spec.indices[k].parameterization == "untied" for k in range(spec.K)):
         from .untied import derive_untied

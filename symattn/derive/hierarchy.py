@@ -22,8 +22,14 @@ import numpy as np
 
 from ..spec import Spec, load_spec
 from ..symbolic.words import Alphabet, word_name
-from .noise import (fill_noise_coefficients, noise_coefficient_lines, noise_expectation_items, noise_terms,
-                    nu_expectations, nu_names)
+from .noise import (
+    fill_noise_coefficients,
+    noise_coefficient_lines,
+    noise_expectation_items,
+    noise_terms,
+    nu_expectations,
+    nu_names,
+)
 from .potential import Potential
 
 

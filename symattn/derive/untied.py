@@ -45,8 +45,14 @@ from ..errors import NumericalFailure
 from ..spec import Spec, load_spec
 from ..symbolic.words import Alphabet, word_name
 from .hierarchy import apply_flows, pack_terms
-from .noise import (fill_noise_coefficients, noise_coefficient_lines, noise_expectation_items, noise_terms,
-                    nu_expectations, nu_names)
+from .noise import (
+    fill_noise_coefficients,
+    noise_coefficient_lines,
+    noise_expectation_items,
+    noise_terms,
+    nu_expectations,
+    nu_names,
+)
 from .potential import Potential
 
 NEWTON_TOL = 1e-12

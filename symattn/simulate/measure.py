@@ -9,6 +9,18 @@ from __future__ import annotations
 import numpy as np
 
 
+def _einsum(subscripts: str, *ops):
+    """np.einsum, or torch.einsum for tensors (batched states have a leading seed axis: '...')."""
+    if type(ops[0]).__module__.startswith("torch"):
+        import torch
+        return torch.einsum(subscripts, *ops)
+    return np.einsum(subscripts, *ops)
+
+
+def _T(A):
+    return A.swapaxes(-1, -2)
+
+
 def _factors(par: str, s: dict):
     """(kind, left, right) with S = left·right^T ('f'), dense ('d') or c·I ('i')."""
     if par == "tied":
@@ -16,43 +28,43 @@ def _factors(par: str, s: dict):
     if par == "untied":
         return "f", s["U"], s["V"]
     if par == "identity":
-        return "i", float(s["S"][0, 0]), None
+        return "i", (s["scale"] if "scale" in s else float(s["S"][0, 0])), None
     return "d", s["S"], None
 
 
-def trace(par: str, s: dict) -> float:
-    """Tr S (unnormalised)."""
+def trace(par: str, s: dict, dim: int | None = None):
+    """Tr S (unnormalised; per seed for a batched state)."""
     kind, A, Bm = _factors(par, s)
     if kind == "f":
-        return float(np.einsum("ij,ij->", A, Bm))
+        return _einsum("...ij,...ij->...", A, Bm)
     if kind == "i":
-        return A * (s["S"].shape[0])
-    return float(np.trace(A))
+        return A * (dim if dim is not None else s["S"].shape[0])
+    return _einsum("...ii->...", A)
 
 
-def trace_product(par_a: str, sa: dict, par_b: str, sb: dict, transpose_b: bool = False) -> float:
-    """Tr(S_a S_b) or, with ``transpose_b``, Tr(S_a S_b^T) (unnormalised)."""
+def trace_product(par_a: str, sa: dict, par_b: str, sb: dict, transpose_b: bool = False, dim: int | None = None):
+    """Tr(S_a S_b) or, with ``transpose_b``, Tr(S_a S_b^T) (unnormalised; per seed when batched)."""
     ka, La, Ra = _factors(par_a, sa)
     kb, Lb, Rb = _factors(par_b, sb)
     if transpose_b:
         if kb == "f":
             Lb, Rb = Rb, Lb
         elif kb == "d":
-            Lb = Lb.T
+            Lb = _T(Lb)
     if ka == "i":
-        return La * trace(par_b, sb)
+        return La * trace(par_b, sb, dim)
     if kb == "i":
-        return Lb * trace(par_a, sa)
+        return Lb * trace(par_a, sa, dim)
     if ka == "f" and kb == "f":
-        A = Ra.T @ Lb
+        A = _T(Ra) @ Lb
         if La is Ra and Lb is Rb:       # tied pair: ‖W_a^T W_b‖²
-            return float(np.einsum("ij,ij->", A, A))
-        return float(np.einsum("ij,ji->", A, Rb.T @ La))
+            return _einsum("...ij,...ij->...", A, A)
+        return _einsum("...ij,...ji->...", A, _T(Rb) @ La)
     if ka == "d" and kb == "d":
-        return float(np.einsum("ij,ji->", La, Lb))
+        return _einsum("...ij,...ji->...", La, Lb)
     if ka == "f":                         # Tr(L R^T S) = Σ R ∘ (S L)
-        return float(np.einsum("ij,ij->", Ra, Lb @ La))
-    return float(np.einsum("ij,ij->", Rb, La @ Lb))   # Tr(S L R^T) = Σ R ∘ (S L)
+        return _einsum("...ij,...ij->...", Ra, Lb @ La)
+    return _einsum("...ij,...ij->...", Rb, La @ Lb)   # Tr(S L R^T) = Σ R ∘ (S L)
 
 
 def column_names(spec) -> list:
@@ -71,30 +83,36 @@ def column_names(spec) -> list:
     return cols
 
 
-def order_parameters(spec, state: list, dim: int) -> dict:
-    """tr, m, trA, trB, q, p, q1, q2 of the matrices in ``state`` (list of factor dicts)."""
+def order_parameter_arrays(spec, state: list, dim: int) -> dict:
+    """tr, m, trA, trB, q, p, q1, q2 of the matrices in ``state`` (list of factor dicts), as arrays:
+    0-d for one NumPy state, shape (seeds,) for a batched state (NumPy or torch, on its device)."""
     d, names = dim, spec.names
     par = [ix.parameterization for ix in spec.indices]
     out, tr = {}, []
     for a, n in enumerate(names):
-        t = trace(par[a], state[a])
+        t = trace(par[a], state[a], d)
         tr.append(t / d)
         out[f"tr_{n}"] = t / d
         if par[a] == "untied":
             U, V = state[a]["U"], state[a]["V"]
             out[f"m_{n}"] = t / np.sqrt(d)
-            out[f"trA_{n}"] = float(np.einsum("ij,ij->", U, U)) / d
-            out[f"trB_{n}"] = float(np.einsum("ij,ij->", V, V)) / d
+            out[f"trA_{n}"] = _einsum("...ij,...ij->...", U, U) / d
+            out[f"trB_{n}"] = _einsum("...ij,...ij->...", V, V) / d
     for a in range(spec.K):
         for b in range(a, spec.K):
             p = f"{names[a]}_{names[b]}"
-            q = trace_product(par[a], state[a], par[b], state[b]) / d
+            q = trace_product(par[a], state[a], par[b], state[b], dim=d) / d
             out[f"q_{p}"] = q
             out[f"p_{p}"] = q - tr[a] * tr[b]
             if par[a] == "untied" and par[b] == "untied":
-                out[f"q1_{p}"] = trace_product(par[a], state[a], par[b], state[b], transpose_b=True) / d
+                out[f"q1_{p}"] = trace_product(par[a], state[a], par[b], state[b], transpose_b=True, dim=d) / d
                 out[f"q2_{p}"] = q
     return out
+
+
+def order_parameters(spec, state: list, dim: int) -> dict:
+    """tr, m, trA, trB, q, p, q1, q2 of the matrices in ``state`` (list of factor dicts), as floats."""
+    return {c: float(v) for c, v in order_parameter_arrays(spec, state, dim).items()}
 
 
 def student_spectra(spec, state: list, dim: int) -> dict:

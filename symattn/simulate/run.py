@@ -7,18 +7,16 @@ run, so the tables are identical.
 """
 from __future__ import annotations
 
-import ctypes
-import glob
 import math
 import multiprocessing as mp
 import os
-import sys
-import time as _time
+import signal
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import NumericalFailure
+from ..errors import NumericalFailure, UsageError
+from ..progress import Progress, note
 from ..spec import Spec, SpecError, load_spec
 from ..symbolic.loss import build_loss
 from .init import draw_initial
@@ -63,7 +61,7 @@ class SimulationResult:
 # ---------------------------------------------------------------------------- helpers
 def _check(cond, option, msg):
     if not cond:
-        raise SpecError(f"{option}: {msg}")
+        raise UsageError(f"{option}: {msg}")
 
 
 def _int(value, option, low):
@@ -72,59 +70,40 @@ def _int(value, option, low):
     return int(value)
 
 
-def _openblas():
-    """ctypes handles (set, get) of numpy's OpenBLAS thread control, or (None, None)."""
-    import numpy
-    for lib in glob.glob(os.path.join(os.path.dirname(numpy.__file__), "..", "numpy.libs", "*openblas*")):
-        try:
-            h = ctypes.CDLL(lib)
-        except OSError:
-            continue
-        for pre in ("scipy_openblas", "openblas"):
-            for suf in ("64_", ""):
-                st, gt = getattr(h, f"{pre}_set_num_threads{suf}", None), getattr(h, f"{pre}_get_num_threads{suf}", None)
-                if st is not None and gt is not None:
-                    gt.restype = ctypes.c_int
-                    return st, gt
-    return None, None
+def _blas_limits(n: int | None):
+    """threadpoolctl limit of the BLAS threads (a context manager) and a line naming the library."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+    libs = [f"{i.get('internal_api')} ({i.get('num_threads')} threads)" for i in threadpool_info()
+            if i.get("user_api") == "blas"]
+    return threadpool_limits(limits=n, user_api="blas"), ", ".join(libs) or "no BLAS library found"
 
 
-def _blas_threads(n: int | None) -> int | None:
-    """Best effort: set the number of OpenBLAS threads; returns the previous number (None if unknown)."""
-    st, gt = _openblas()
-    if st is None or n is None:
+def _physical_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
         return None
-    old = int(gt())
-    st(ctypes.c_int(int(n)))
-    return old
 
 
-class _Progress:
-    """Text progress bar on stderr, shown only once a run has lasted > ``delay`` s; ≤ 4 updates/s."""
+def estimate(spec, dim: int) -> dict:
+    """Memory (bytes, one seed) and work (flop per SGD step) of one simulation, before allocating.
 
-    def __init__(self, total: int, enabled: bool, delay: float = 2.0):
-        self.total, self.enabled, self.delay = max(total, 1), enabled, delay
-        self.t0 = self.last = _time.monotonic()
-        self.shown = False
-
-    def update(self, done: int) -> None:
-        if not self.enabled:
-            return
-        now = _time.monotonic()
-        if now - self.t0 < self.delay or now - self.last < 0.25:
-            return
-        self.last, self.shown = now, True
-        f = min(done / self.total, 1.0)
-        el = now - self.t0
-        left = el * (1 - f) / f if f > 0 else float("nan")
-        bar = "#" * int(30 * f) + "." * (30 - int(30 * f))
-        sys.stderr.write(f"\rsimulate [{bar}] {100 * f:5.1f}%  {el:6.1f} s, ~{left:6.1f} s left ")
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.shown:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
+    The state F (d × factor columns, a dense d × d for direct), the batch X (B·L·d), its products
+    P and Z (B·L × columns) and the gradient (d × trainable columns), float64."""
+    d, B, L = int(dim), spec.batch_size, spec.tokens
+    cols = train = dense = 0
+    for ix in spec.indices:
+        if ix.parameterization in ("tied", "untied"):
+            w = max(int(round(ix.width * d)), 1) * (2 if ix.parameterization == "untied" else 1)
+        elif ix.parameterization == "direct":
+            w = d
+            dense += d * d
+        else:
+            w = 0
+        cols += w
+        train += w if ix.trainable else 0
+    numbers = d * cols + B * L * d + B * L * (cols + train) + d * train + dense + B * L * L * spec.K * 4
+    return {"bytes": 8 * numbers, "flop_per_step": 2.0 * B * L * d * (cols + train)}
 
 
 # ---------------------------------------------------------------------------- one seed
@@ -138,11 +117,13 @@ def _divergence(n, model, what):
         f"SGD diverged at step n = {n} (time = {t:.6g}): {what}; try a smaller {which}", time=t)
 
 
-def run_seed(seed: int, job: dict | None = None, report=None) -> dict:
-    """Simulate one seed; returns {column: array over measurement points}. Raises NumericalFailure."""
+def run_seed(seed: int, job: dict | None = None, report=None, on_row=None) -> dict:
+    """Simulate one seed; returns {column: array over measurement points}. Raises NumericalFailure.
+
+    ``report(k)``: k more steps done; ``on_row(row)``: a measurement row is complete (partial output)."""
     job = job or _JOB
     spec, d = job["spec"], job["dim"]
-    model = Model(spec, d, loss_grad=job["loss_grad"])
+    model = Model(spec, d, loss_grad=job["loss_grad"], dtype=job.get("dtype", np.float64))
     rng = np.random.default_rng(seed)
     model.set_state(draw_initial(spec, d, rng))
     trng = np.random.default_rng([seed, TEST_STREAM])
@@ -166,7 +147,7 @@ def run_seed(seed: int, job: dict | None = None, report=None) -> dict:
                     if report is not None:
                         report(pending)
                         pending = 0
-            row = order_parameters(spec, model.state, d)
+            row = order_parameters(spec, _float64(model.state), d)
             bad = [c for c, v in row.items() if not math.isfinite(v)]
             big = [c for c, v in row.items() if c.startswith("q") and abs(v) > BOUND]
             if bad or big:
@@ -174,6 +155,8 @@ def run_seed(seed: int, job: dict | None = None, report=None) -> dict:
             row["loss"] = float(pot.value({k: row[k] for k in names})) if pot is not None else float("nan")
             row["test_loss"] = test_loss(model, trng, job["test_samples"]) if job["test_samples"] else float("nan")
             rows.append(row)
+            if on_row is not None:
+                on_row(row)
             if want_spectra:
                 for name, ev in student_spectra(spec, model.state, d).items():
                     eigs[name].append(ev)
@@ -185,53 +168,122 @@ def run_seed(seed: int, job: dict | None = None, report=None) -> dict:
     return out
 
 
+def _float64(state: list) -> list:
+    """The state with float64 factors (traces are accumulated in float64 whatever the step's dtype)."""
+    if all(v.dtype == np.float64 for s in state for v in s.values()):
+        return state
+    return [{k: np.asarray(v, dtype=np.float64) for k, v in s.items()} for s in state]
+
+
 def _worker_init(threads):
-    _blas_threads(threads)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)      # the parent handles Ctrl-C and ends the pool
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _blas_limits(threads)
 
 
 def _worker(seed):
-    counter = _JOB["counter"]
+    counter, rows = _JOB["counter"], _JOB.get("rows")
 
     def report(k):
         with counter.get_lock():
             counter.value += k
 
+    on_row = None if rows is None else (lambda row: rows.put((seed, row)))
     try:
-        return seed, run_seed(seed, report=report), None
+        return seed, run_seed(seed, report=report, on_row=on_row), None
     except NumericalFailure as exc:
         return seed, None, (str(exc), exc.time)
 
 
+def _tabulate(spec, seed_rows: dict, tgrid: np.ndarray):
+    """(table with means and ``_sem``, per-seed arrays, columns) from {seed: {column: array}}."""
+    seeds = len(seed_rows)
+    meas = column_names(spec) + ["loss", "test_loss"]
+    per_seed = {c: np.stack([r[c] for r in seed_rows.values()]) for c in meas}
+    per_seed["time"] = np.broadcast_to(tgrid, (seeds, len(tgrid))).copy()
+    table = {"time": tgrid}
+    for c in meas:
+        table[c] = per_seed[c].mean(axis=0)
+    for c in meas:
+        table[f"{c}_sem"] = (per_seed[c].std(axis=0, ddof=1) / np.sqrt(seeds)) if seeds > 1 \
+            else np.zeros(len(tgrid))
+    return table, per_seed, ["time"] + meas + [f"{c}_sem" for c in meas]
+
+
 # ---------------------------------------------------------------------------- driver
 def simulate(spec, dim, seeds=1, time=1.0, points=21, *, seed0=0, workers=None, progress=True,
-             test_samples=4096, potential=True, blas_threads=1, spectra=False) -> SimulationResult:
+             test_samples=4096, potential=True, blas_threads=1, spectra=False,
+             partial: dict | None = None, backend: str = "numpy", device: str = "cpu",
+             dtype: str = "float64") -> SimulationResult:
     """Online SGD of ``spec`` at dimension ``dim`` for seeds seed0..seed0+seeds−1, measured at
     ``points`` times equally spaced on [0, time] (package time nα/d, snapped to whole steps).
 
     ``workers`` processes (default min(seeds, cores)) each run whole seeds with ``blas_threads``
-    OpenBLAS threads (default 1 in every process, sequential runs included: the tables are then
-    bit-identical whatever ``workers`` is, and a loaded machine does not stall on BLAS spin-waits).
-    ``test_samples`` fresh samples per point for ``test_loss`` (0: NaN); ``potential=False`` skips Φ.
-    ``spectra=True`` also records the sorted eigenvalues of every student's S at every measurement
-    time (tied: squared singular values of W; direct: eigvalsh of S; untied: of (S + S^T)/2) as
-    ``result.spectra[name]``, shape (seeds, points, d); it does not change the SGD trajectories."""
+    BLAS threads (threadpoolctl; default 1 in every process, sequential runs included: the tables
+    are then bit-identical whatever ``workers`` is, and a loaded machine does not stall on BLAS
+    spin-waits). ``test_samples`` fresh samples per point for ``test_loss`` (0: NaN);
+    ``potential=False`` skips Φ. ``spectra=True`` also records the sorted eigenvalues of every
+    student's S at every measurement time (tied: squared singular values of W; direct: eigvalsh of
+    S; untied: of (S + S^T)/2) as ``result.spectra[name]``, shape (seeds, points, d); it does not
+    change the SGD trajectories. ``partial``: a dict that, when the run is interrupted
+    (KeyboardInterrupt, re-raised), receives ``table`` — the time points every seed finished.
+
+    ``backend``: "numpy" (default; seed s draws its initial matrices and then its batches from
+    ``default_rng(s)``) or "torch" (every seed in one leading array axis on ``device``, "cpu" or
+    "cuda[:N]"; seed s starts from the same matrices as with NumPy, batches come from a torch
+    stream, see ``simulate.torch_backend``). ``dtype``: "float64" or "float32" for the SGD step
+    (both backends); traces and order parameters are accumulated in float64 either way.
+
+    Sizes are checked before anything is allocated: a run needing more than 80% of this machine's
+    memory, a horizon shorter than one step, or more points than steps raise UsageError."""
     spec = load_spec(spec)
-    dim = _int(dim, "--dim", 1)
-    seeds = _int(seeds, "--seeds", 1)
-    points = _int(points, "--points", 1)
-    seed0 = _int(seed0, "--seed0", 0)
+    dim = _int(dim, "dim", 1)
+    seeds = _int(seeds, "seeds", 1)
+    points = _int(points, "points", 1)
+    seed0 = _int(seed0, "seed0", 0)
     _check(isinstance(time, (int, float)) and not isinstance(time, bool) and math.isfinite(time) and time >= 0,
-           "--time", f"must be a finite number >= 0, got {time!r}")
+           "time", f"must be a finite number >= 0, got {time!r}")
     if workers is None:
         workers = min(seeds, os.cpu_count() or 1)
-    workers = min(_int(workers, "--workers", 1), seeds)
+    workers = min(_int(workers, "workers", 1), seeds)
     test_samples = _int(test_samples, "test_samples", 0)
+    _check(backend in ("numpy", "torch", "jax"), "backend", f"expected numpy or torch, got {backend!r}")
+    _check(dtype in ("float64", "float32"), "dtype", f"expected float64 or float32, got {dtype!r}")
+    _check(isinstance(device, str) and (device == "cpu" or device.startswith("cuda")), "device",
+           f"expected cpu or cuda[:N], got {device!r}")
+    if backend == "jax":
+        raise UsageError("backend jax: not available in this version; use backend torch "
+                         "(pip install 'symattn[torch]')")
+    if backend == "numpy" and device != "cpu":
+        raise UsageError(f"device {device}: the numpy backend runs on the CPU; use backend torch for a GPU")
+    if backend == "torch":
+        from .torch_backend import import_torch
+        torch = import_torch()
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise UsageError(f"device {device}: no CUDA device is available to PyTorch here")
+        if spectra:
+            raise UsageError("spectra: recorded by the numpy backend only")
     alpha = spec.step_size(dim)
     if not alpha > 0:
         raise SpecError(f"{spec.source}: training.noise_ratio: ε = 0 gives a zero SGD step; "
                         f"the simulation needs ε > 0")
+    est = estimate(spec, dim)
+    mem = _physical_memory()
+    if mem and est["bytes"] * workers > 0.8 * mem:
+        raise UsageError(f"dim {dim}: the simulation needs ~{est['bytes'] * workers / 2**30:.3g} GiB "
+                         f"({workers} worker(s)), more than 80% of this machine's {mem / 2**30:.0f} GiB; "
+                         f"use a smaller dim, training.batch_size or width")
     n_total = int(round(time * dim / alpha))
+    if time > 0 and n_total == 0:
+        raise UsageError(f"time {time:g}: shorter than one SGD step (one step is nα/d = {alpha / dim:.3g}); "
+                         f"use a longer time or a smaller step")
+    if points > n_total + 1:
+        raise UsageError(f"points {points}: only {n_total} SGD steps up to time {time:g}, so at most "
+                         f"{n_total + 1} distinct times; use fewer points or a longer time")
     steps = np.rint(np.linspace(0, n_total, points)).astype(np.int64)
+    if progress:
+        note(f"simulate {spec.name}: d = {dim}, {seeds} seed(s) × {n_total} steps, "
+             f"~{est['flop_per_step'] * n_total * seeds / 1e9:.3g} GFLOP, ~{est['bytes'] / 2**20:.0f} MiB per seed")
 
     pot = names = None
     if potential:
@@ -244,12 +296,32 @@ def simulate(spec, dim, seeds=1, time=1.0, points=21, *, seed0=0, workers=None, 
         pot.calibrate({k: init[k] for k in names})
     seed_list = list(range(seed0, seed0 + seeds))
     job = dict(spec=spec, dim=dim, loss_grad=build_loss(spec).compile_gradient(), steps=steps,
-               potential=pot, potential_names=names, test_samples=test_samples, spectra=bool(spectra))
-    bar = _Progress(n_total * seeds, progress)
+               potential=pot, potential_names=names, test_samples=test_samples, spectra=bool(spectra),
+               dtype=np.dtype(dtype))
+    tgrid = steps * alpha / dim
+    bar = Progress(n_total * seeds, "simulate", progress, unit="step")
     results, failures = {}, []
-    old_threads = _blas_threads(blas_threads) if workers <= 1 else None
+    collected = {s: [] for s in seed_list}
+    limits, blas = _blas_limits(blas_threads if workers <= 1 else None)
     try:
-        if workers <= 1:
+        if backend == "torch":
+            done = [0]
+
+            def report_all(k):
+                done[0] += k * seeds
+                bar.update(done[0])
+
+            def on_rows(rows):
+                for s_, row in rows.items():
+                    collected[s_].append(row)
+
+            from .torch_backend import run_torch
+            results = run_torch(spec, dim, seed_list, steps, device=device, dtype=dtype,
+                                test_samples=test_samples, potential=pot, potential_names=names,
+                                report=report_all, on_rows=on_rows, check_every=CHECK_EVERY, bound=BOUND,
+                                test_stream=TEST_STREAM)
+            workers = 1
+        elif workers <= 1:
             done = [0]
 
             def report(k):
@@ -258,48 +330,70 @@ def simulate(spec, dim, seeds=1, time=1.0, points=21, *, seed0=0, workers=None, 
 
             for s in seed_list:
                 try:
-                    results[s] = run_seed(s, job, report)
+                    results[s] = run_seed(s, job, report, on_row=collected[s].append)
                 except NumericalFailure as exc:
                     failures.append((s, str(exc), exc.time))
                     break
         else:
             ctx = mp.get_context("fork")
             job["counter"] = ctx.Value("q", 0)
+            if partial is not None:
+                job["rows"] = ctx.Queue()
             _JOB.clear()
             _JOB.update(job)
-            with ctx.Pool(workers, initializer=_worker_init, initargs=(blas_threads,)) as pool:
+            pool = ctx.Pool(workers, initializer=_worker_init, initargs=(blas_threads,))
+            try:
                 res = pool.map_async(_worker, seed_list, chunksize=1)
                 while not res.ready():
                     res.wait(0.25)
                     bar.update(job["counter"].value)
+                    _drain(job.get("rows"), collected)
                 for s, r, err in res.get():
                     if err is not None:
                         failures.append((s, *err))
                     else:
                         results[s] = r
-            _JOB.clear()
+                pool.close()
+            except BaseException:
+                pool.terminate()
+                _drain(job.get("rows"), collected)
+                raise
+            finally:
+                pool.join()
+                _JOB.clear()
+    except KeyboardInterrupt:
+        if partial is not None:
+            n_common = min(len(v) for v in collected.values())
+            if n_common:
+                rows = {s: {c: np.array([r[c] for r in v[:n_common]]) for c in v[0]} for s, v in collected.items()}
+                partial["table"] = _tabulate(spec, rows, tgrid[:n_common])[0]
+        raise
     finally:
         bar.close()
-        if old_threads is not None:
-            _blas_threads(old_threads)
+        limits.restore_original_limits()
     if failures:
         s, msg, t = min(failures)
         raise NumericalFailure(f"seed {s}: {msg}", time=t)
 
-    meas = column_names(spec) + ["loss", "test_loss"]
-    per_seed = {c: np.stack([results[s][c] for s in seed_list]) for c in meas}
-    tgrid = steps * alpha / dim
-    per_seed["time"] = np.broadcast_to(tgrid, (seeds, points)).copy()
-    table = {"time": tgrid}
-    for c in meas:
-        table[c] = per_seed[c].mean(axis=0)
-    for c in meas:
-        table[f"{c}_sem"] = (per_seed[c].std(axis=0, ddof=1) / np.sqrt(seeds)) if seeds > 1 \
-            else np.zeros(points)
-    columns = ["time"] + meas + [f"{c}_sem" for c in meas]
+    table, per_seed, columns = _tabulate(spec, {s: results[s] for s in seed_list}, tgrid)
     eig = {spec.names[k]: np.stack([results[s][f"spectra:{spec.names[k]}"] for s in seed_list])
            for k in spec.students} if spectra else {}
     return SimulationResult(spec=spec, dim=dim, seeds=seed_list, alpha=alpha, steps=steps, columns=columns,
                             table=table, per_seed=per_seed,
-                            info={"steps_total": n_total, "workers": workers, "epsilon": alpha * dim / spec.batch_size},
+                            info={"steps_total": n_total, "workers": workers, "blas": blas,
+                                  "backend": backend, "device": device, "dtype": dtype,
+                                  "epsilon": alpha * dim / spec.batch_size},
                             spectra=eig)
+
+
+def _drain(queue, collected: dict) -> None:
+    """Move the rows the workers reported into ``collected`` (partial output)."""
+    if queue is None:
+        return
+    import queue as _queue
+    while True:
+        try:
+            s, row = queue.get_nowait()
+        except (_queue.Empty, OSError, EOFError, ValueError):
+            return
+        collected[s].append(row)

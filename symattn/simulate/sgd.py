@@ -26,8 +26,9 @@ _FACTORS = {"tied": ("W",), "untied": ("U", "V"), "direct": ("S",), "identity": 
 class Model:
     """The SGD dynamics of one spec at dimension d; holds the current factors (``set_state``)."""
 
-    def __init__(self, spec: Spec, dim: int, loss_grad=None):
+    def __init__(self, spec: Spec, dim: int, loss_grad=None, dtype=np.float64):
         self.spec, self.d = spec, int(dim)
+        self.dtype = np.dtype(dtype)
         self.L, self.K = spec.tokens, spec.K
         self.C = np.asarray(spec.covariance, dtype=float)
         self.identity_cov = np.allclose(self.C, np.eye(self.L))
@@ -51,7 +52,7 @@ class Model:
                 if self.trainable[k] == train:
                     blocks += [(k, nm, state[k][nm].shape[1]) for nm in _FACTORS[par]]
         n = sum(b[2] for b in blocks)
-        self.F = np.empty((d, n))
+        self.F = np.empty((d, n), dtype=self.dtype)
         self.slices, self.state, pos = {}, [dict() for _ in range(self.K)], 0
         for k, nm, w in blocks:
             self.slices[(k, nm)] = slice(pos, pos + w)
@@ -74,20 +75,22 @@ class Model:
         s, par = self.state[k], self.par[k]
         if par == "tied":
             W = s["W"]
-            return float(np.einsum("ij,ij->", W, W))
+            return float(np.einsum("ij,ij->", W, W, dtype=np.float64))
         if par == "untied":
-            return float(np.einsum("ij,ij->", s["U"], s["V"]))
+            return float(np.einsum("ij,ij->", s["U"], s["V"], dtype=np.float64))
         if par == "identity":
             return self.scale_id[k] * self.d
-        return float(np.trace(s["S"]))
+        return float(np.trace(s["S"], dtype=np.float64))
 
     # ------------------------------------------------------------------ samples
     def sample(self, rng, B: int | None = None):
         """A batch: tokens X (B, L, d) with E[x_ia x_jb] = C_ij δ_ab (one (B·L)×d draw), label noise."""
         B = self.B if B is None else B
-        X = rng.standard_normal((B, self.L, self.d))
+        X = rng.standard_normal((B, self.L, self.d))     # the seed's stream, whatever the dtype
+        if self.dtype != np.float64:
+            X = X.astype(self.dtype)
         if not self.identity_cov:
-            X = np.einsum("ij,bjd->bid", self.R, X)
+            X = np.einsum("ij,bjd->bid", self.R.astype(self.dtype), X)
         xi = rng.standard_normal((B, self.L, self.L)) * np.sqrt(self.noise) if self.noise > 0 else None
         return X, xi
 
@@ -97,7 +100,7 @@ class Model:
         B, L, d = X.shape
         sq = np.sqrt(d)
         P = (X.reshape(B * L, d) @ self.F).reshape(B, L, -1)
-        G = np.empty((B, L, L, self.K))
+        G = np.empty((B, L, L, self.K), dtype=self.dtype)
         XXt = None
         for k, par in enumerate(self.par):
             if par == "tied":
@@ -112,7 +115,7 @@ class Model:
                     XXt = X @ X.transpose(0, 2, 1)
                 g = self.scale_id[k] * XXt
             if par != "untied":  # centred G (THEORY §1)
-                g = g - self.C * self.trace(k)
+                g = g - (self.C * self.trace(k)).astype(self.dtype)
             G[..., k] = g / sq
         return G, P
 
@@ -131,7 +134,8 @@ class Model:
         B, L, d = X.shape
         G, P = self.forward(X)
         loss, e = self.loss_grad(G, xi)
-        Z = np.empty((B, L, self.n_train))
+        e = e.astype(self.dtype, copy=False)
+        Z = np.empty((B, L, self.n_train), dtype=self.dtype)
         c = np.zeros(self.K)
         for k, par in enumerate(self.par):
             if not self.trainable[k]:

@@ -39,10 +39,12 @@ words.  Independence of different indices gives freeness automatically (e.g. φ(
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from numbers import Integral, Rational as _NumRational
-from typing import Any, Iterable, Sequence
+from numbers import Integral
+from numbers import Rational as _NumRational
+from typing import Any
 
 import numpy as np
 import sympy as sp

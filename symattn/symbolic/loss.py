@@ -13,7 +13,7 @@ from functools import cached_property
 import numpy as np
 import sympy as sp
 
-from ..spec import Spec, activation_expr
+from ..spec import Spec, activation_expr, activation_sympy, loss_sympy
 
 
 def g_symbol(i: int, j: int, k: int) -> sp.Symbol:
@@ -39,7 +39,7 @@ def head_output(spec: Spec, k: int):
     F = activation_expr(spec.activation)
     z = sp.Symbol("z")
     if F is None:
-        F = sp.sympify(spec.activation, locals={"z": z})
+        F = activation_sympy(spec.activation)
     return [[F.subs(z, G[i][j]) for j in range(L)] for i in range(L)]
 
 
@@ -71,28 +71,47 @@ class Loss:
             return []
         return [xi_symbol(i, j) for i in range(self.L) for j in range(self.L)]
 
-    def compile_gradient(self):
-        """Per-sample (𝓛, ∂𝓛/∂G) on a batch: f(G[B,L,L,K], xi[B,L,L]) -> (loss[B], grad[B,L,L,K]).
+    def compile_gradient(self, backend: str = "numpy"):
+        """Per-sample (𝓛, ∂𝓛/∂G) on a batch: f(G[..., L, L, K], xi[..., L, L]) -> (loss[...], grad[..., L, L, K]).
 
         The same SymPy expression as the theory, differentiated symbolically and lambdified
-        with common-subexpression elimination; only G entries of trainable indices get a gradient.
+        with common-subexpression elimination for NumPy arrays or (``backend="torch"``) torch
+        tensors on any device; only G entries of trainable indices get a gradient.
         """
         L, K = self.L, self.K
         gs, xs = self.g_symbols, self.xi_symbols
         train = set(self.spec.students)
         grads = [sp.diff(self.expr, s) if (n % K) in train else sp.Integer(0) for n, s in enumerate(gs)]
-        fn = sp.lambdify([gs, xs], [self.expr] + grads, modules="numpy", cse=True)
+        exprs = [self.expr] + grads
+        if backend == "torch":     # numeric constants as floats: torch.sqrt(2) of an int is refused
+            exprs = [sp.nfloat(e, n=17, exponent=False) for e in exprs]
+        fn = sp.lambdify([gs, xs], exprs, modules=backend, cse=True)
+
+        def columns(G, xi):
+            cols = [G[..., i, j, k] for i in range(L) for j in range(L) for k in range(K)]
+            xcols = [] if not xs else [xi[..., i, j] for i in range(L) for j in range(L)]
+            return fn(cols, xcols)
+
+        if backend == "torch":
+            import torch
+
+            def loss_and_grad_torch(G, xi=None):
+                vals = columns(G, xi)
+                ref = G[..., 0, 0, 0]
+                full = [v if torch.is_tensor(v) and v.shape == ref.shape else torch.full_like(ref, float(v))
+                        if not torch.is_tensor(v) else v.expand_as(ref) for v in vals]
+                return full[0], torch.stack(full[1:], dim=-1).reshape(*ref.shape, L, L, K)
+
+            return loss_and_grad_torch
 
         def loss_and_grad(G, xi=None):
-            B = G.shape[0]
-            cols = [G[:, i, j, k] for i in range(L) for j in range(L) for k in range(K)]
-            xcols = [] if not xs else [xi[:, i, j] for i in range(L) for j in range(L)]
-            vals = fn(cols, xcols)
-            loss = np.broadcast_to(np.asarray(vals[0], dtype=float), (B,))
-            grad = np.empty((B, L * L * K))
+            batch = G.shape[:-3]
+            vals = columns(G, xi)
+            loss = np.broadcast_to(np.asarray(vals[0], dtype=float), batch)
+            grad = np.empty(batch + (L * L * K,), dtype=G.dtype)
             for n, v in enumerate(vals[1:]):
-                grad[:, n] = v
-            return loss, grad.reshape(B, L, L, K)
+                grad[..., n] = v
+            return loss, grad.reshape(batch + (L, L, K))
 
         return loss_and_grad
 
@@ -100,9 +119,7 @@ class Loss:
 def build_loss(spec: Spec) -> Loss:
     """The loss expression of a spec (custom ``model.loss`` or the MSE family)."""
     if spec.loss is not None:
-        L, K = spec.tokens, spec.K
-        names = {g_symbol(i, j, k).name: g_symbol(i, j, k) for i in range(L) for j in range(L) for k in range(K)}
-        expr = sp.sympify(spec.loss, locals=names)
+        expr = loss_sympy(spec.loss, spec.tokens, spec.K)
         return Loss(spec, expr, list(sp.Add.make_args(sp.expand(expr))))
     L = spec.tokens
     outs = {k: head_output(spec, k) for k in range(spec.K)}

@@ -22,7 +22,7 @@ orders agree to the requested tolerance; that difference is the reported error e
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 import sympy as sp
@@ -41,7 +41,7 @@ def half_width_for(tol: float) -> float:
 MIN_TRAPEZOID = 9    # below this many nodes per dimension the tensor rule is Gauss–Hermite
 
 
-@lru_cache(maxsize=None)
+@cache
 def gauss_rule(n: int, r: int, half_width: float = HALF_WIDTH, kind: str = "trapezoid"):
     """Nodes (N×r) and weights (N) of the n^r tensor rule for the standard normal.
 

@@ -8,7 +8,7 @@ Tr X = Tr Xᵀ, μ is invariant under rotation and under reversal with every let
 """
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from itertools import product
 
 _TRANSPOSE = {"S": "T", "T": "S", "A": "A", "B": "B"}
@@ -40,7 +40,7 @@ class Alphabet:
         """Word of the transposed product: reversed, each letter transposed."""
         return tuple(transpose_letter(x, self.symmetric[x[0]]) for x in reversed(word))
 
-    @lru_cache(maxsize=None)
+    @cache
     def canonical(self, word) -> tuple:
         """Smallest rotation of the word or of its transpose (the trace is the same)."""
         word = tuple(word)

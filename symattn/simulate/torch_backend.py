@@ -1,0 +1,323 @@
+"""Online SGD on PyTorch: every seed in one leading array axis, on a CPU or a GPU (docs/theory.md §3).
+
+The same step as :mod:`symattn.simulate.sgd`, written for a batch of S seeds at once: the packed
+factors F have shape (S, d, n), a batch of tokens X shape (S, B, L, d), and each product is one
+batched matrix multiplication serving every seed. The per-sample ∂𝓛/∂G is the theory's SymPy
+expression lambdified for torch (``Loss.compile_gradient(backend="torch")``), never written by hand:
+
+    G_k = X S_k Xᵀ/√d (− C Tr S_k/√d for centred indices),   e = ∂𝓛/∂G
+    tied    ∇_W = Xᵀ(e + eᵀ)XW/(B√d) − 2 mean_b tr(e C) W/√d
+    untied  ∇_U = Xᵀ e X V/(B√d),   ∇_V = Xᵀ eᵀ X U/(B√d)
+    direct  ∇_S = Xᵀ sym(e) X/(B√d) − mean_b tr(e C) I/√d
+    θ ← (1 − αγ/d) θ − α ∇_θ
+
+Seeds: the initial matrices of seed s are NumPy's ``draw_initial(spec, d, default_rng(s))`` — the
+very matrices of the NumPy backend's seed s — and the batches come from one torch generator on
+the device seeded with ``SeedSequence([seed0, seeds, d, 0x7043])`` (another stream than NumPy's,
+reproducible for the same seed0, seeds, d and device). Order parameters are computed on the
+device in float64 and copied to the host only at the recording times; divergence is checked on
+the device every ``CHECK_EVERY`` steps (one host synchronisation there).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import NumericalFailure, UsageError
+from ..symbolic.loss import build_loss
+from .init import draw_initial, psd_sqrt
+from .measure import order_parameter_arrays
+
+FACTORS = {"tied": ("W",), "untied": ("U", "V"), "direct": ("S",), "identity": ()}
+
+
+def import_torch():
+    """PyTorch, or a one-line UsageError saying how to install it."""
+    try:
+        import torch
+    except ImportError:
+        raise UsageError("--backend torch: PyTorch is not installed; install it with "
+                         "pip install 'symattn[torch]' (or pip install torch)") from None
+    return torch
+
+
+def torch_dtype(torch, name: str):
+    return {"float64": torch.float64, "float32": torch.float32}[name]
+
+
+class TorchModel:
+    """The SGD dynamics of one spec at dimension d for S seeds at once (module docstring)."""
+
+    def __init__(self, spec, dim: int, seeds: int, device="cpu", dtype="float64", loss_grad=None):
+        torch = import_torch()
+        self.torch, self.spec, self.d, self.S = torch, spec, int(dim), int(seeds)
+        self.device = torch.device(device)
+        self.dtype = torch_dtype(torch, dtype)
+        self.L, self.K, self.B = spec.tokens, spec.K, spec.batch_size
+        C = np.asarray(spec.covariance, dtype=float)
+        self.identity_cov = np.allclose(C, np.eye(self.L))
+        self.C = torch.as_tensor(C, dtype=self.dtype, device=self.device)
+        self.R = torch.as_tensor(psd_sqrt(C), dtype=self.dtype, device=self.device)
+        self.loss_grad = loss_grad or build_loss(spec).compile_gradient(backend="torch")
+        self.alpha, self.gamma = spec.step_size(self.d), spec.weight_decay
+        self.par = [ix.parameterization for ix in spec.indices]
+        self.trainable = [ix.trainable for ix in spec.indices]
+        self.noise = spec.label_noise if spec.loss is None else 0.0
+        self.scale = {k: float(spec.indices[k].scale) for k, p in enumerate(self.par) if p == "identity"}
+
+    # ------------------------------------------------------------------ state
+    def set_state(self, states: list) -> None:
+        """Pack S per-seed states (each a ``draw_initial`` list of factor dicts) into F (S, d, n)."""
+        torch = self.torch
+        blocks = []                      # (k, name, ncols), trainable blocks first
+        for train in (True, False):
+            for k, par in enumerate(self.par):
+                if self.trainable[k] == train:
+                    blocks += [(k, nm, states[0][k][nm].shape[1]) for nm in FACTORS[par]]
+        n = sum(b[2] for b in blocks)
+        F = np.empty((self.S, self.d, n))
+        self.slices, pos = {}, 0
+        for k, nm, w in blocks:
+            self.slices[(k, nm)] = slice(pos, pos + w)
+            for s, st in enumerate(states):
+                F[s, :, pos:pos + w] = st[k][nm]
+            pos += w
+        self.F = torch.as_tensor(F, dtype=self.dtype, device=self.device)
+        self.n_train = sum(b[2] for b in blocks if self.trainable[b[0]])
+
+    @property
+    def state(self) -> list:
+        """Batched factor dicts (views of F; identity: its scale), as ``measure`` reads them."""
+        out = []
+        for k, par in enumerate(self.par):
+            if par == "identity":
+                out.append({"scale": self.scale[k]})
+            else:
+                out.append({nm: self.F[:, :, self.slices[(k, nm)]] for nm in FACTORS[par]})
+        return out
+
+    def get_state(self) -> list:
+        """Per-seed NumPy copies of the factors (identity: scale·I), the ``draw_initial`` format."""
+        F = self.F.double().cpu().numpy()
+        out = []
+        for s in range(self.S):
+            st = []
+            for k, par in enumerate(self.par):
+                if par == "identity":
+                    st.append({"S": self.scale[k] * np.eye(self.d)})
+                else:
+                    st.append({nm: F[s][:, self.slices[(k, nm)]].copy() for nm in FACTORS[par]})
+            out.append(st)
+        return out
+
+    def traces(self):
+        """Tr S_k per seed, (S,) tensors, accumulated in float64."""
+        out = []
+        for k, par in enumerate(self.par):
+            if par == "identity":
+                out.append(self.scale[k] * self.d)
+            elif par == "direct":
+                S_ = self.F[:, :, self.slices[(k, "S")]]
+                out.append(S_.diagonal(dim1=-2, dim2=-1).sum(-1, dtype=self.torch.float64))
+            else:
+                a, b = (("W", "W") if par == "tied" else ("U", "V"))
+                A, Bm = self.F[:, :, self.slices[(k, a)]], self.F[:, :, self.slices[(k, b)]]
+                out.append((A * Bm).sum((-2, -1), dtype=self.torch.float64))
+        return out
+
+    # ------------------------------------------------------------------ samples
+    def sample(self, gen, B: int | None = None):
+        """Tokens X (S, B, L, d) with E[x_ia x_jb] = C_ij δ_ab, and label noise (S, B, L, L) or None."""
+        torch = self.torch
+        B = self.B if B is None else B
+        # drawn in float64 and rounded: float32 and float64 runs see the same batches
+        X = torch.randn((self.S, B, self.L, self.d), generator=gen, device=self.device,
+                        dtype=torch.float64).to(self.dtype)
+        if not self.identity_cov:
+            X = torch.einsum("ij,sbjd->sbid", self.R, X)
+        xi = None
+        if self.noise > 0:
+            xi = (torch.randn((self.S, B, self.L, self.L), generator=gen, device=self.device,
+                              dtype=torch.float64) * math.sqrt(self.noise)).to(self.dtype)
+        return X, xi
+
+    # ------------------------------------------------------------------ forward / backward
+    def forward(self, X):
+        """G (S, B, L, L, K) and the products P = X F (S, B, L, n)."""
+        torch = self.torch
+        S, B, L, d = X.shape
+        P = (X.reshape(S, B * L, d) @ self.F).reshape(S, B, L, -1)
+        traces = self.traces()
+        gs = []
+        XXt = None
+        for k, par in enumerate(self.par):
+            if par == "tied":
+                Y = P[..., self.slices[(k, "W")]]
+                g = Y @ Y.transpose(-1, -2)
+            elif par == "untied":
+                g = P[..., self.slices[(k, "U")]] @ P[..., self.slices[(k, "V")]].transpose(-1, -2)
+            elif par == "direct":
+                g = P[..., self.slices[(k, "S")]] @ X.transpose(-1, -2)
+            else:
+                if XXt is None:
+                    XXt = X @ X.transpose(-1, -2)
+                g = self.scale[k] * XXt
+            if par != "untied":                            # centred G (docs/theory.md §1)
+                tr = torch.as_tensor(traces[k], device=self.device).to(self.dtype)
+                g = g - self.C * tr.reshape(-1, 1, 1, 1) if tr.ndim else g - self.C * tr
+            gs.append(g / math.sqrt(d))
+        return torch.stack(gs, dim=-1), P
+
+    def per_sample_loss(self, X, xi=None):
+        G, _ = self.forward(X)
+        return self.loss_grad(G, xi)[0]
+
+    def _grad(self, X, xi):
+        """Packed batch-mean gradient (S, d, n_train) without the trace terms, c_k = mean_b tr(e_bk C)
+        per seed (K, S), and the batch-mean loss per seed (S,)."""
+        torch = self.torch
+        S, B, L, d = X.shape
+        G, P = self.forward(X)
+        loss, e = self.loss_grad(G, xi)
+        Z = torch.empty((S, B, L, self.n_train), dtype=self.dtype, device=self.device)
+        c = torch.zeros((self.K, S), dtype=self.dtype, device=self.device)
+        for k, par in enumerate(self.par):
+            if not self.trainable[k]:
+                continue
+            ek = e[..., k]
+            c[k] = torch.einsum("sbij,ij->s", ek, self.C) / B
+            ekT = ek.transpose(-1, -2)
+            if par == "tied":
+                sl = self.slices[(k, "W")]
+                Z[..., sl] = (ek + ekT) @ P[..., sl]
+            elif par == "untied":
+                su, sv = self.slices[(k, "U")], self.slices[(k, "V")]
+                Z[..., su] = ek @ P[..., sv]
+                Z[..., sv] = ekT @ P[..., su]
+            else:
+                Z[..., self.slices[(k, "S")]] = (0.5 * (ek + ekT)) @ X
+        g = X.reshape(S, B * L, d).transpose(-1, -2) @ Z.reshape(S, B * L, self.n_train)
+        g = g * (1.0 / (B * math.sqrt(d)))
+        return g, c, loss.mean(dim=-1)
+
+    def step(self, X, xi=None):
+        """One SGD step of every seed (in place). Returns the batch-mean loss per seed (S,)."""
+        g, c, loss = self._grad(X, xi)
+        a, d = self.alpha, self.d
+        sq = math.sqrt(d)
+        decay = 1.0 - a * self.gamma / d
+        for k, par in enumerate(self.par):
+            if not self.trainable[k]:
+                continue
+            if par == "direct":
+                sl = self.slices[(k, "S")]
+                gs = g[..., sl]
+                gs = 0.5 * (gs + gs.transpose(-1, -2))
+                S_ = self.F[:, :, sl]
+                S_ *= decay
+                S_ -= a * gs
+                S_.diagonal(dim1=-2, dim2=-1).add_((a * c[k] / sq).reshape(-1, 1))
+                g[..., sl] = 0.0                          # applied above
+            else:
+                factor = decay + (2 * a * c[k] / sq if par == "tied" else 0.0 * c[k])
+                for nm in FACTORS[par]:
+                    sl = self.slices[(k, nm)]
+                    self.F[:, :, sl] *= factor.reshape(-1, 1, 1)
+        self.F[:, :, :self.n_train] -= a * g
+        return loss
+
+    def norm_bound(self):
+        """max over indices of a cheap bound of Tr(S Sᵀ)/d, per seed (S,) (‖LRᵀ‖_F ≤ ‖L‖_F‖R‖_F)."""
+        torch = self.torch
+        out = torch.zeros(self.S, dtype=torch.float64, device=self.device)
+        for k, par in enumerate(self.par):
+            if par == "identity":
+                continue
+            blocks = [self.F[:, :, self.slices[(k, nm)]] for nm in FACTORS[par]]
+            sq = [(b.double() ** 2).sum((-2, -1)) for b in blocks]
+            v = sq[0] ** 2 if par == "tied" else (sq[0] * sq[1] if par == "untied" else sq[0])
+            out = torch.maximum(out, v / self.d)
+        return out
+
+
+def run_torch(spec, dim, seed_list, steps, *, device, dtype, test_samples, potential, potential_names,
+              report=None, on_rows=None, check_every=100, bound=1e8, test_stream=7919) -> dict:
+    """Simulate every seed of ``seed_list`` at once; returns {seed: {column: array over points}}.
+
+    ``report(k)``: k more steps of every seed done; ``on_rows(rows)``: {seed: row} of a finished
+    measurement time (partial output). Raises NumericalFailure for the first diverging seed."""
+    torch = import_torch()
+    S = len(seed_list)
+    model = TorchModel(spec, dim, S, device=device, dtype=dtype)
+    model.set_state([draw_initial(spec, dim, np.random.default_rng(s)) for s in seed_list])
+    gen = torch.Generator(device=model.device)
+    gen.manual_seed(int(np.random.SeedSequence([seed_list[0], S, int(dim), 0x7043]).generate_state(1)[0]))
+    tgen = torch.Generator(device=model.device)
+    tgen.manual_seed(int(np.random.SeedSequence([seed_list[0], S, int(dim), test_stream]).generate_state(1)[0]))
+    first_bad = torch.full((S,), -1, dtype=torch.int64, device=model.device)
+    rows = {s: [] for s in seed_list}
+    n = pending = 0
+
+    def check():
+        b = model.norm_bound()
+        bad = (first_bad >= 0) | ~torch.isfinite(b)
+        if bool(bad.any()):                           # host synchronisation: once per check
+            j = int(torch.nonzero(bad)[0, 0])
+            at = int(first_bad[j]) if int(first_bad[j]) >= 0 else n
+            t = at * model.alpha / dim
+            raise NumericalFailure(f"seed {seed_list[j]}: SGD diverged at step n = {at} (time = {t:.6g}): "
+                                   f"non-finite loss or parameters; try a smaller training.noise_ratio", time=t)
+
+    with torch.no_grad():
+        for target in steps:
+            while n < target:
+                X, xi = model.sample(gen)
+                loss = model.step(X, xi)
+                n += 1
+                pending += 1
+                first_bad = torch.where((first_bad < 0) & ~torch.isfinite(loss),
+                                        torch.full_like(first_bad, n), first_bad)
+                if n % check_every == 0:
+                    check()
+                    if report is not None:
+                        report(pending)
+                        pending = 0
+            check()
+            state64 = [{k: (v.double() if hasattr(v, "double") else v) for k, v in st.items()} for st in model.state]
+            arrs = order_parameter_arrays(spec, state64, dim)
+            cols = list(arrs)
+            host = torch.stack([torch.as_tensor(arrs[c], device=model.device).double().expand(S)
+                                for c in cols]).cpu().numpy()       # the one copy to the host
+            big = [(j, c) for j in range(S) for i, c in enumerate(cols)
+                   if c.startswith("q") and abs(host[i, j]) > bound]
+            if big:
+                j, c = big[0]
+                t = n * model.alpha / dim
+                raise NumericalFailure(f"seed {seed_list[j]}: SGD diverged at step n = {n} (time = {t:.6g}): "
+                                       f"{c} = {host[cols.index(c), j]:.3g}", time=t)
+            tl = _test_loss(model, tgen, test_samples) if test_samples else np.full(S, np.nan)
+            finished = {}
+            for j, s in enumerate(seed_list):
+                row = {c: float(host[i, j]) for i, c in enumerate(cols)}
+                row["loss"] = float(potential.value({k: row[k] for k in potential_names})) \
+                    if potential is not None else float("nan")
+                row["test_loss"] = float(tl[j])
+                rows[s].append(row)
+                finished[s] = row
+            if on_rows is not None:
+                on_rows(finished)
+    if report is not None and pending:
+        report(pending)
+    return {s: {c: np.array([r[c] for r in rs]) for c in rs[0]} for s, rs in rows.items()}
+
+
+def _test_loss(model, gen, samples: int, chunk: int = 1024) -> np.ndarray:
+    """Monte-Carlo mean of the per-sample loss on ``samples`` fresh samples, per seed."""
+    total, done = 0.0, 0
+    while done < samples:
+        n = min(chunk, samples - done)
+        X, xi = model.sample(gen, n)
+        total = total + model.per_sample_loss(X, xi).double().sum(dim=-1)
+        done += n
+    return (total / max(samples, 1)).cpu().numpy()

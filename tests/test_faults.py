@@ -1,0 +1,468 @@
+"""Fault injection: hostile specs, bad options and bad conditions, as a new user would try them.
+
+Every case runs through every command it applies to and must end with the expected exit status
+(2: bad input, 3: numerical failure, 130: interrupt), exactly one line on stderr, no traceback,
+and no file created outside the output path. The code-execution attempts additionally assert
+that their side effect (creating a marker file) did not happen. Most cases run in-process
+(``symattn.cli.main``), the signal, concurrency and read-only cases as real processes.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from symattn.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = (ROOT / "examples" / "tied_h2_L1_small.toml").read_text()
+COMMANDS = {
+    "potential": ["potential", "{spec}"],
+    "derive": ["derive", "{spec}", "--out", "{tmp}/out.py"],
+    "theory": ["theory", "{spec}", "--time", "0.01", "--points", "3", "--out", "{tmp}/out.csv"],
+    "simulate": ["simulate", "{spec}", "--dim", "20", "--time", "0.01", "--points", "2", "--out", "{tmp}/out.csv"],
+    "compare": ["compare", "{spec}", "--dim", "20", "--seeds", "1", "--time", "0.01", "--points", "2",
+                "--out", "{tmp}/cmp"],
+}
+SPEC_COMMANDS = list(COMMANDS)
+
+
+def edit(old, new, text=BASE):
+    assert old in text, old
+    return text.replace(old, new, 1)
+
+
+def activation(expr):
+    return edit('activation = "h2"', f"activation = '''{expr}'''")
+
+
+def loss(expr):
+    return edit('activation = "h2"', f"activation = \"h2\"\nloss = '''{expr}'''")
+
+
+MARK = "/tmp/symattn_fault_marker"
+# -- code execution attempts: the spec strings reach no eval (the marker file must never appear)
+CODE = {
+    "import_os_activation": activation(f"__import__('os').system('touch {MARK}')"),
+    "import_os_loss": loss(f"G_1_1_1**2 + 0*__import__('os').system('touch {MARK}')"),
+    "eval_activation": activation("eval('1+1')*z"),
+    "subclasses_loss": loss("G_1_1_1 + 0*len(().__class__.__base__.__subclasses__())"),
+    "open_activation": activation(f"z + 0*len(open('{MARK}', 'w').name)"),
+    "exec_loss": loss(f"G_1_1_1 + 0*exec('open(\"{MARK}\",\"w\")')"),
+    "lambda_activation": activation("(lambda: z)()"),
+    "getattr_activation": activation("getattr(z, 'func')"),
+    "dunder_name": activation("__builtins__"),
+    "string_constant": activation("z + 'a'"),
+    "fstring": activation("f'{z}'"),
+    "comprehension": activation("sum([z for _ in range(10**9)])"),
+    "sympify_call": activation(f"sympify('__import__(\"os\").system(\"touch {MARK}\")')"),
+    "symbol_factory": activation("Symbol('x')"),
+    "function_injection": activation("Function('f')(z)"),
+    "attribute_on_number": activation("(1).__class__"),
+    "subscript": activation("z[0]"),
+    "walrus": activation("(x := z)"),
+    "keyword_call": activation("exp(x=z)"),
+}
+# -- malformed or impossible specs (exit 2, one line, before any work)
+BAD_SPEC = {
+    "huge_power": activation("z**100000"),
+    "deep_nesting": activation("exp(" * 200 + "z" + ")" * 200),
+    "very_long": activation("+".join(["z"] * 5000)),
+    "singular_activation": activation("1/z"),
+    "log_activation": activation("log(z)"),
+    "sqrt_activation": activation("sqrt(z)"),
+    "division_by_zero": activation("z/0"),
+    "unknown_function": activation("sigmoid(z)"),
+    "unknown_symbol": activation("z + y"),
+    "empty_activation": activation(" "),
+    "loss_unknown_symbol": loss("G_1_1_1 + x"),
+    "loss_out_of_range": loss("G_9_9_9**2"),
+    "loss_constant": loss("3"),
+    "loss_singular": loss("1/G_1_1_1"),
+    "tokens_1000": edit("tokens = 1", "tokens = 1000"),
+    "tokens_1e18": edit("tokens = 1", "tokens = 1000000000000000000"),
+    "tokens_zero": edit("tokens = 1", "tokens = 0"),
+    "tokens_fraction": edit("tokens = 1", "tokens = 1.5"),
+    "truncation_40": edit("truncation = 8", "truncation = 40"),
+    "truncation_fraction": edit("truncation = 8", "truncation = 4.5"),
+    "truncation_one": edit("truncation = 8", "truncation = 1"),
+    "batch_1e12": edit("batch_size = 64", "batch_size = 1000000000000"),
+    "batch_zero": edit("batch_size = 64", "batch_size = 0"),
+    "width_1e9": edit("width = 1.0", "width = 1e9"),
+    "width_negative": edit("width = 1.0", "width = -1.0"),
+    "beta_huge": edit('activation = "h2"', 'activation = "softmax"\nbeta = 1e300').replace("tokens = 1", "tokens = 2"),
+    "beta_inf": edit('activation = "h2"', 'activation = "softmax"\nbeta = inf').replace("tokens = 1", "tokens = 2"),
+    "weight_decay_1e300": edit("weight_decay = 0.0", "weight_decay = 1e300"),
+    "weight_decay_negative": edit("weight_decay = 0.0", "weight_decay = -1.0"),
+    "noise_negative": edit("noise_ratio = 0.005", "noise_ratio = -0.1"),
+    "noise_nan": edit("noise_ratio = 0.005", "noise_ratio = nan"),
+    "both_rates": edit("noise_ratio = 0.005", "noise_ratio = 0.005\nlearning_rate = 0.1"),
+    "init_scale_huge": edit("init_scale = 0.5", "init_scale = 1e200"),
+    "twelve_indices": BASE + "".join(f'\n[[indices]]\nname = "t{i}"\nrole = "teacher"\nparameterization = "tied"\n'
+                                     for i in range(10)),
+    "unknown_key": edit("[model]", "[model]\nfoo = 1"),
+    "unknown_table": BASE + "\n[extra]\nx = 1\n",
+    "identity_student": edit('parameterization = "tied"', 'parameterization = "identity"'),
+    "unknown_parameterization": edit('parameterization = "tied"', 'parameterization = "magic"'),
+    "duplicate_names": BASE.replace('name = "teacher"', 'name = "student"'),
+    "path_in_name": edit('name = "tied_h2_L1_small"', 'name = "../../etc/passwd"'),
+    "no_indices": BASE[:BASE.index("[[indices]]")] + "[training]\nbatch_size = 1\n",
+    "no_student": BASE.replace('role = "student"', 'role = "teacher"'),
+    "covariance_not_psd": edit("tokens = 1", 'tokens = 2\ntoken_covariance = [[1.0, 2.0], [2.0, 1.0]]'),
+    "covariance_shape": edit("tokens = 1", 'tokens = 2\ntoken_covariance = [[1.0]]'),
+    "covariance_text": edit("tokens = 1", 'tokens = 2\ntoken_covariance = "diagonal"'),
+    "malformed_toml": "name = \n[model",
+    "empty_file": "",
+    "array_instead_of_table": "name = 'x'\nmodel = [1, 2]\n",
+}
+
+
+def _write_spec(tmp_path, text, name="spec.toml"):
+    path = tmp_path / name
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
+    return path
+
+
+def _run(argv, capsys):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _assert_one_line(code, err, expected):
+    lines = err.strip().splitlines()
+    assert code == expected, (code, err)
+    assert len(lines) == 1, err
+    assert "Traceback" not in err and lines[0].startswith("symattn:"), err
+
+
+def _files(folder: Path) -> set:
+    return {p.relative_to(folder) for p in folder.rglob("*")}
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    """A clean cwd (files created there are visible) and an isolated module cache."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    monkeypatch.setenv("SYMATTN_CACHE", str(tmp_path / "cache"))
+    return cwd
+
+
+@pytest.mark.parametrize("case", sorted(CODE))
+def test_code_execution_attempts_are_refused(case, tmp_path, workdir, capsys):
+    if os.path.exists(MARK):
+        os.unlink(MARK)
+    spec = _write_spec(tmp_path, CODE[case])
+    for cmd in SPEC_COMMANDS:
+        argv = [a.format(spec=spec, tmp=tmp_path) for a in COMMANDS[cmd]]
+        code, _, err = _run(argv, capsys)
+        _assert_one_line(code, err, 2)
+        assert "model.activation" in err or "model.loss" in err, err
+        assert not os.path.exists(MARK), f"{case} via {cmd} ran code"
+    assert _files(workdir) == set()
+    assert not (tmp_path / "out.csv").exists() and not (tmp_path / "cmp").exists()
+
+
+@pytest.mark.parametrize("case", sorted(BAD_SPEC))
+def test_bad_specs_are_refused_in_one_line(case, tmp_path, workdir, capsys):
+    spec = _write_spec(tmp_path, BAD_SPEC[case])
+    for cmd in SPEC_COMMANDS:
+        argv = [a.format(spec=spec, tmp=tmp_path) for a in COMMANDS[cmd]]
+        t0 = time.monotonic()
+        code, _, err = _run(argv, capsys)
+        _assert_one_line(code, err, 2)
+        assert time.monotonic() - t0 < 10, f"{case} via {cmd} took {time.monotonic() - t0:.1f} s"
+    assert _files(workdir) == set()
+
+
+def test_binary_and_missing_spec_files(tmp_path, workdir, capsys):
+    cases = {"binary": _write_spec(tmp_path, bytes(range(256)) * 4, "binary.toml"),
+             "missing": tmp_path / "missing.toml", "directory": tmp_path}
+    for name, spec in cases.items():
+        for cmd in SPEC_COMMANDS:
+            argv = [a.format(spec=spec, tmp=tmp_path) for a in COMMANDS[cmd]]
+            code, _, err = _run(argv, capsys)
+            _assert_one_line(code, err, 2)
+
+
+SMALL = "tied_h2_L1_small"
+BAD_OPTIONS = {
+    "time_inf": ["theory", SMALL, "--time", "inf"],
+    "time_nan": ["theory", SMALL, "--time", "nan"],
+    "time_negative": ["theory", SMALL, "--time", "-1"],
+    "points_zero": ["theory", SMALL, "--points", "0"],
+    "points_one": ["theory", SMALL, "--points", "1"],
+    "seed_negative": ["theory", SMALL, "--seed", "-1"],
+    "truncation_zero": ["theory", SMALL, "--truncation", "0"],
+    "truncation_huge": ["theory", SMALL, "--truncation", "100"],
+    "truncation_text": ["theory", SMALL, "--truncation", "4.5"],
+    "derive_truncation_zero": ["derive", SMALL, "--truncation", "0"],
+    "out_missing_folder": ["theory", SMALL, "--out", "{tmp}/no/such/dir/out.csv"],
+    "out_is_directory": ["theory", SMALL, "--out", "{tmp}"],
+    "derive_out_is_directory": ["derive", SMALL, "--out", "{tmp}"],
+    "init_sample_without_dim": ["theory", SMALL, "--init", "sample"],
+    "fast_on_tied": ["theory", SMALL, "--fast"],
+    "spectral_with_truncation": ["theory", SMALL, "--method", "spectral", "--truncation", "6"],
+    "spectral_size_tiny": ["theory", SMALL, "--method", "spectral", "--size", "2"],
+    "at_without_value": ["potential", SMALL, "--at", "q_student_student"],
+    "at_nan": ["potential", SMALL, "--at", "q_student_teacher=nan", "--json"],
+    "at_not_a_number": ["potential", SMALL, "--at", "q_student_teacher=abc"],
+    "at_unknown_name": ["potential", SMALL, "--at", "q_nobody=1"],
+    "at_conflicting_repeat": ["potential", SMALL, "--at", "q_student_student=1.5", "--at", "q_student_student=2"],
+    "tol_zero": ["potential", SMALL, "--tol", "0"],
+    "simulate_without_dim": ["simulate", SMALL],
+    "simulate_dim_zero": ["simulate", SMALL, "--dim", "0"],
+    "simulate_dim_100000": ["simulate", SMALL, "--dim", "100000"],
+    "simulate_seeds_zero": ["simulate", SMALL, "--dim", "20", "--seeds", "0"],
+    "simulate_workers_zero": ["simulate", SMALL, "--dim", "20", "--workers", "0"],
+    "simulate_more_points_than_steps": ["simulate", SMALL, "--dim", "20", "--time", "0.001", "--points", "50"],
+    "simulate_partial_without_out": ["simulate", SMALL, "--dim", "20", "--partial"],
+    "simulate_out_missing_folder": ["simulate", SMALL, "--dim", "20", "--out", "{tmp}/no/x.csv"],
+    "compare_out_existing_file": ["compare", SMALL, "--dim", "20", "--out", "{tmp}/existing.txt"],
+    "compare_both_dims": ["compare", SMALL, "--dim", "20", "--dims", "20,40"],
+    "compare_one_dims": ["compare", SMALL, "--dims", "20"],
+    "compare_dims_text": ["compare", SMALL, "--dims", "a,b"],
+    "compare_neither_dim": ["compare", SMALL],
+    "compare_seeds_zero": ["compare", SMALL, "--dim", "20", "--seeds", "0"],
+    "unknown_command": ["fly", SMALL],
+    "unknown_option": ["theory", SMALL, "--colour", "red"],
+    "missing_spec_argument": ["theory"],
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_OPTIONS))
+def test_bad_options_are_refused_in_one_line(case, tmp_path, workdir, capsys):
+    (tmp_path / "existing.txt").write_text("keep me\n")
+    argv = [a.format(tmp=tmp_path) for a in BAD_OPTIONS[case]]
+    t0 = time.monotonic()
+    code, _, err = _run(argv, capsys)
+    assert time.monotonic() - t0 < 10
+    if case in ("unknown_command", "unknown_option", "missing_spec_argument", "truncation_text"):
+        assert code == 2 and "Traceback" not in err and err.strip().splitlines()[-1].startswith("symattn")
+    else:
+        _assert_one_line(code, err, 2)
+    assert (tmp_path / "existing.txt").read_text() == "keep me\n"
+    assert _files(workdir) == set()
+
+
+def test_time_shorter_than_one_step_is_refused(tmp_path, workdir, capsys):
+    spec = _write_spec(tmp_path, edit("batch_size = 64", "batch_size = 10000000"))
+    code, _, err = _run(["simulate", spec, "--dim", "20", "--time", "0.001", "--points", "2"], capsys)
+    _assert_one_line(code, err, 2)
+    assert "one SGD step" in err
+
+
+def test_repeated_at_uses_every_value(capsys):
+    import json
+    code, out, _ = _run(["potential", SMALL, "--at", "q_student_student=1.5", "--at", "q_student_teacher=0.3",
+                         "--json"], capsys)
+    assert code == 0
+    at = json.loads(out)["at"]
+    assert at["q_student_student"] == 1.5 and at["q_student_teacher"] == 0.3
+    code, out, _ = _run(["potential", SMALL, "--at", "q_student_student=1.5", "q_student_teacher=0.3", "--json"],
+                        capsys)
+    assert code == 0 and json.loads(out)["at"]["q_student_teacher"] == 0.3
+    # Φ of h2 at these values is the closed form evaluated there (not the defaults)
+    from symattn import potential
+    P = potential(SMALL)
+    vals = {**json.loads(out)["at"]}
+    assert json.loads(out)["value"] == pytest.approx(P.value(vals), rel=1e-12)
+
+
+def test_numerical_failure_is_exit_3(tmp_path, workdir, capsys):
+    """SGD at a step far beyond stability diverges: exit 3, one line naming the time."""
+    spec = _write_spec(tmp_path, edit("noise_ratio = 0.005", "noise_ratio = 50.0"))
+    code, _, err = _run(["simulate", spec, "--dim", "20", "--time", "20", "--points", "2", "--quiet",
+                         "--out", tmp_path / "x.csv"], capsys)
+    _assert_one_line(code, err, 3)
+    assert "time =" in err and not (tmp_path / "x.csv").exists()
+
+
+def test_version_and_help_show_defaults(capsys):
+    assert main(["--version"]) == 0 and "symattn" in capsys.readouterr().out
+    for cmd in ("potential", "derive", "theory", "simulate", "compare"):
+        assert main([cmd, "--help"]) == 0
+        text = capsys.readouterr().out
+        assert "default" in text, cmd
+    from symattn.cli import build_parser
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    for name, parser in sub.choices.items():
+        for action in parser._actions:
+            assert action.help, (name, action.dest)         # every option explains itself
+
+
+# ---------------------------------------------------------------------------- real processes
+def _cli(args, cwd, env=None, **kw):
+    e = dict(os.environ, OPENBLAS_NUM_THREADS="1", **(env or {}))
+    return subprocess.Popen([sys.executable, "-m", "symattn", *map(str, args)], cwd=cwd, env=e,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+def _wait_for(proc, needle, timeout=120):
+    """Read stderr lines until one contains ``needle`` (the process is then busy working)."""
+    t0 = time.monotonic()
+    lines = []
+    while time.monotonic() - t0 < timeout:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        lines.append(line)
+        if needle in line:
+            return lines
+    raise AssertionError("never saw " + needle + ": " + "".join(lines))
+
+
+@pytest.mark.parametrize("partial", [False, True])
+def test_sigint_during_simulate(tmp_path, partial):
+    out = tmp_path / "sim.csv"
+    args = ["simulate", SMALL, "--dim", "60", "--seeds", "2", "--time", "5", "--points", "400", "--out", out]
+    proc = _cli(args + (["--partial"] if partial else []), tmp_path, env={"SYMATTN_CACHE": str(tmp_path / "c")})
+    _wait_for(proc, "GFLOP")
+    time.sleep(4.0)                              # inside the SGD loop, some points recorded
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    last = err.strip().splitlines()[-1]
+    assert "Traceback" not in err and last.startswith("symattn: interrupted"), err
+    if partial:
+        text = out.read_text()
+        assert text.startswith("# partial") and "partial" in last
+        from symattn.integrate import read_csv
+        tab = read_csv(out)
+        assert len(tab["time"]) >= 1 and tab["time"][0] == 0.0
+    else:
+        assert not out.exists() and "no output file" in last
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []   # no temp file left
+
+
+def test_sigint_during_theory(tmp_path):
+    out = tmp_path / "th.csv"
+    proc = _cli(["theory", "tied_softmax_L2", "--time", "0.25", "--out", out], tmp_path,
+                env={"SYMATTN_CACHE": str(tmp_path / "c")})
+    _wait_for(proc, "deriving")
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1].startswith("symattn: interrupted")
+    assert not out.exists()
+
+
+def test_concurrent_derive_on_empty_cache(tmp_path):
+    """Two processes deriving and loading the same modules with an empty cache: both succeed and
+    one valid copy of each module is left (the file's content hash equals its name)."""
+    cache = tmp_path / "cache"
+    env = {"SYMATTN_CACHE": str(cache)}
+    procs = [_cli(["theory", "tied_linear_L1", "--time", "0.01", "--points", "3", "--quiet"], tmp_path, env=env)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert outs[0][0] == outs[1][0]
+    import hashlib
+    mods = list(cache.rglob("m_*.py"))
+    assert len(mods) == 2                                  # the M = 4 system and its M − 2 check
+    for m in mods:
+        assert hashlib.sha256(m.read_bytes()).hexdigest()[:20] == m.stem[2:]
+    assert not list(cache.rglob("*.tmp*"))
+    assert oct(mods[0].parent.stat().st_mode & 0o777) == "0o700"
+
+
+def _nobody():
+    return shutil.which("setpriv") is not None and os.geteuid() == 0
+
+
+def test_read_only_working_directory(tmp_path):
+    """From a folder it cannot write, compare refuses its default --out in one line, and theory to
+    stdout works (its module cache falls back to a private temporary folder)."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    if os.geteuid() == 0:
+        if not _nobody():
+            pytest.skip("needs setpriv to drop root")
+        os.chmod(tmp_path, 0o755)
+        pre = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        os.chmod(ro, 0o555)
+    else:
+        pre = []
+        os.chmod(ro, 0o555)
+    env = dict(os.environ, HOME="/nonexistent", XDG_CACHE_HOME="/nonexistent", OPENBLAS_NUM_THREADS="1",
+               NUMBA_CACHE_DIR="/tmp")
+    env.pop("SYMATTN_CACHE", None)
+    r = subprocess.run(pre + [sys.executable, "-m", "symattn", "compare", SMALL, "--dim", "20", "--seeds", "1",
+                              "--time", "0.01", "--points", "2"], cwd=ro, env=env, capture_output=True, text=True,
+                       timeout=300)
+    if "Permission denied" in r.stderr and "python" in r.stderr.lower():
+        pytest.skip("the interpreter is not readable by an unprivileged user here")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "--out" in r.stderr, r.stderr
+    r = subprocess.run(pre + [sys.executable, "-m", "symattn", "theory", SMALL, "--time", "0.01", "--points", "3",
+                              "--quiet"], cwd=ro, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("time,")
+    assert list(ro.iterdir()) == []
+
+
+# ---------------------------------------------------------------------------- module cache
+def test_planted_and_truncated_cache_modules_are_never_run(tmp_path, monkeypatch):
+    """A file in the cache under the expected name but with other content is rewritten from the
+    source in hand, never imported as it is (planted code would create the marker)."""
+    from symattn.codegen import load
+    from symattn.derive import derive
+
+    monkeypatch.setenv("SYMATTN_CACHE", str(tmp_path / "cache"))
+    system = derive("tied_linear_L1", 4)
+    source = system.source()
+    import hashlib
+    digest = hashlib.sha256(source.encode()).hexdigest()[:20]
+    path = load.cache_dir() / f"m_{digest}.py"
+    marker = tmp_path / "planted_ran"
+    for bad in (f"open({str(marker)!r}, 'w').close()\n", source[: len(source) // 2]):
+        path.write_text(bad)
+        for name in [n for n in sys.modules if digest in n]:
+            del sys.modules[name]
+        mod = load.cached_module(source)
+        assert not marker.exists()
+        assert path.read_text() == source
+        assert hasattr(mod, "rhs")
+
+
+def test_concurrent_loads_never_see_a_partial_module(tmp_path):
+    """Eight processes import the same fresh module at once: every one gets the whole module."""
+    code = ("import sys; from symattn.codegen.load import cached_module; "
+            "src = 'X = 1\\n' + 'Y = [' + '1,' * 200000 + ']\\n' + 'Z = 2\\n'; "
+            "m = cached_module(src); assert m.Z == 2 and len(m.Y) == 200000; print('ok')")
+    env = dict(os.environ, SYMATTN_CACHE=str(tmp_path / "cache"))
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(8)]
+    res = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 and o.strip() == "ok" for p, (o, _) in zip(procs, res)), res
+    assert len(list((tmp_path / "cache").rglob("m_*.py"))) == 1
+
+
+# ---------------------------------------------------------------------------- library side effects
+def test_compare_leaves_the_matplotlib_backend_alone(tmp_path):
+    code = ("import matplotlib; matplotlib.use('svg'); import symattn; "
+            f"symattn.compare({SMALL!r}, dim=20, seeds=1, time=0.01, points=2, out={str(tmp_path / 'c')!r}, "
+            "progress=False); print(matplotlib.get_backend())")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, SYMATTN_CACHE=str(tmp_path / "cache")))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().lower() == "svg"
+    assert (tmp_path / "c" / "comparison.png").stat().st_size > 1000
+
+
+def test_spectral_theory_writes_only_its_output(tmp_path, workdir, capsys):
+    code, out, err = _run(["theory", SMALL, "--method", "spectral", "--size", "16", "--time", "0.01",
+                           "--points", "3", "--quiet"], capsys)
+    assert code == 0, err
+    assert out.startswith("time,") and _files(workdir) == set()
