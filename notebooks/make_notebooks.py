@@ -82,9 +82,9 @@ NOTEBOOKS: dict = {}
 NOTEBOOKS["01_derive_interactively"] = [
     md("""# 01 — From a model specification to the limit equations
 
-This is the tutorial a new user follows: a spec (a plain dict in the TOML format of `INTERFACE.md`)
-→ the population loss Φ over trace order parameters (THEORY §2) → its gradient Γ → the *direct*
-system (closed, THEORY §4) → the *tied* moment hierarchy (THEORY §5) → the generated NumPy/Numba
+This is the tutorial a new user follows: a spec (a plain dict in the TOML format of `docs/interface.md`)
+→ the population loss Φ over trace order parameters (docs/theory.md §2) → its gradient Γ → the *direct*
+system (closed, docs/theory.md §4) → the *tied* moment hierarchy (docs/theory.md §5) → the generated NumPy/Numba
 code → integration, next to online SGD at finite d."""),
     code("SETUP"),
     md("""## 1. A spec
@@ -110,12 +110,12 @@ For polynomial activations Φ is an exact polynomial (Wick); `latex()` shows it.
 P = symattn.potential(spec)
 display(Math(r"\\Phi = " + P.latex()))
 print("order parameters:", P.names)
-# free-probability values at initialisation (THEORY §3): Tr S/d = σ²κ, Tr S²/d = σ⁴κ(1+κ), q_12 = t_1 t_2
+# free-probability values at initialisation (docs/theory.md §3): Tr S/d = σ²κ, Tr S²/d = σ⁴κ(1+κ), q_12 = t_1 t_2
 t_s, t_t = 0.5**2 * 1.0, 1.0 * 0.5
 theta0 = {"q_student_student": 0.5**4 * 2.0, "q_student_teacher": t_s * t_t, "q_teacher_teacher": 0.5 * 1.5}
 print("Φ(θ0) =", P.value(theta0))
 G = P.gradients(theta0)
-print("Γ(θ0) (off-diagonal entries halved, THEORY §2):\\n", G.gamma)
+print("Γ(θ0) (off-diagonal entries halved, docs/theory.md §2):\\n", G.gamma)
 # check against finite differences of the closed form: ∂Φ/∂q_12 = 2 Γ_12
 h = 1e-6
 th = dict(theta0); th["q_student_teacher"] += h
@@ -129,7 +129,7 @@ th_sm = {"q_student_student": 2.0, "q_student_teacher": 0.5, "q_teacher_teacher"
 print("Φ =", Psm.value(th_sm), " quadrature order", Psm.order, " est. error", Psm.error)
 print("Γ =\\n", Psm.gradients(th_sm).gamma)'''),
     md("""## 3. Direct S: a closed system
-With the student a direct matrix S (GOE start) the flow closes on `t_k`, `q_kl` (THEORY §4).
+With the student a direct matrix S (GOE start) the flow closes on `t_k`, `q_kl` (docs/theory.md §4).
 The system is stored as sparse terms `dμ[row]/dt += val · coef[key] · μ[c1] · μ[c2]`
 (`coef` = 1, γ, Γ_kl, ε·ν_kl; μ[0] = 1). A small printer makes them readable:"""),
     code('''def coef_label(system, key):
@@ -162,16 +162,16 @@ direct_spec = dict(spec, name="tutorial_direct_h2",
 sys_direct = derive(direct_spec, truncation=2)
 print("moments:", sys_direct.word_names())
 show_terms(sys_direct, range(1, sys_direct.size))'''),
-    md("""Reading: `dt_s/dt = −2·(Γ_ss t_s + Γ_st t_t)` (γ = 0) and `dq_st/dt = −2(Γ_ss q_st + Γ_st q_tt)` — THEORY §4
-with Ω = Ψ. The `ε·ν` term is the O(αd/B) SGD-noise contribution to `q_ss` (THEORY §7).
+    md("""Reading: `dt_s/dt = −2·(Γ_ss t_s + Γ_st t_t)` (γ = 0) and `dq_st/dt = −2(Γ_ss q_st + Γ_st q_tt)` — docs/theory.md §4
+with Ω = Ψ. The `ε·ν` term is the O(αd/B) SGD-noise contribution to `q_ss` (docs/theory.md §7).
 ## 4. Tied S = WWᵀ: the moment hierarchy
 Words of indices, `μ_(k1..kw) = Tr(S_k1⋯S_kw)/d`; the flow of a word involves words one letter longer,
-so it never closes; the truncation of degree M drops every longer word (THEORY §5)."""),
+so it never closes; the truncation of degree M drops every longer word (docs/theory.md §5)."""),
     code('''sys_tied = derive(spec, truncation=4)
 print(f"M = 4: {sys_tied.size} moments, {len(sys_tied.terms)} sparse terms")
 print("words:", sys_tied.word_names())
 show_terms(sys_tied, range(1, 6))'''),
-    md("""E.g. `dμ[S_s]/dt = −8Γ_ss μ[S_s S_s] − 8Γ_st μ[S_s S_t]` is `dμ/dt = −Σ_l Γ_kl(μ(l,k) + μ(k,l))` of THEORY §5
+    md("""E.g. `dμ[S_s]/dt = −8Γ_ss μ[S_s S_s] − 8Γ_st μ[S_s S_t]` is `dμ/dt = −Σ_l Γ_kl(μ(l,k) + μ(k,l))` of docs/theory.md §5
 times 4 (package time nα/d), and the ε·ν products of two moments are the pair contractions of §7.
 ## 5. The generated code
 `system.source()` is a self-contained module (`symattn derive SPEC` writes it to `generated/`):"""),
@@ -183,7 +183,7 @@ start = next(i for i, l in enumerate(lines) if l.startswith("def rhs") or "def _
 print("\\n".join(lines[start:start + 30]))
 print(f"... ({len(lines)} lines in total)")'''),
     md("""## 6. Integrate and compare with SGD
-The zero truncation is valid only in a finite window (THEORY §5); `integrate` compares M with M − 2 and
+The zero truncation is valid only in a finite window (docs/theory.md §5); `integrate` compares M with M − 2 and
 reports `valid_until`. We integrate M = 4 and M = 6 with the spec's ε (SGD-noise terms on) and simulate
 online SGD at finite d."""),
     code('''D = 40 if QUICK else 150
@@ -244,9 +244,9 @@ fig.tight_layout(); savefig(fig); plt.show()'''),
 NOTEBOOKS["02_landscape"] = [
     md("""# 02 — The landscape Φ(q) and the trap of direct S
 
-Φ and Γ = ∇Φ (THEORY §2) over the order parameters for linear, h2, h3 (L = 1) and row-softmax (L = 2, β = 1),
+Φ and Γ = ∇Φ (docs/theory.md §2) over the order parameters for linear, h2, h3 (L = 1) and row-softmax (L = 2, β = 1),
 with a tied teacher (κ* = 0.5, σ* = 1: t₂ = 0.5, q₂₂ = 0.75) and the student's own overlap q₁₁ = 2
-(tied κ = σ = 1). The student–teacher cross-gradient Γ₁₂ decides weak recovery (THEORY §4, §5):
+(tied κ = σ = 1). The student–teacher cross-gradient Γ₁₂ decides weak recovery (docs/theory.md §4, §5):
 
 * **direct S** starts on the uninformative manifold `{t₁ = 0, q₁₂ = 0}`; the flow there is
   `dt₁/dt ∝ Γ₁₂ t₂`, `dq₁₂/dt ∝ Γ₁₁ q₁₂ + Γ₁₂ q₂₂`, so if Γ₁₂(q₁₂ = 0) = 0 the manifold is invariant — stuck;
@@ -300,7 +300,7 @@ print(f"{'activation':10s} {'Γ12(q12=0) direct':>18s} {'Γ12(q12=t1t2) tied':>1
 for act, gd, gt, gu, gut in rows:
     print(f"{act:10s} {gd:18.3e} {gt:19.3e} {gu:18.3e} {gut:20.3e}")'''),
     md("""Φ and −∇Φ over (q₁₁, q₁₂) (feasible region q₁₂² ≤ q₁₁q₂₂). The flows move *along* −Γ only through the
-matrix dynamics (THEORY §4–5), but the picture shows where Φ is flat in the q₁₂ direction."""),
+matrix dynamics (docs/theory.md §4–5), but the picture shows where Φ is flat in the q₁₂ direction."""),
     code('''m = 7 if QUICK else 21
 A, B = np.meshgrid(np.linspace(0.2, 3.0, m), np.linspace(-1.2, 1.2, m))
 fig, axes = plt.subplots(1, 4, figsize=(16, 3.8))
@@ -356,7 +356,7 @@ four, and the derived tied hierarchy reproduces `dp₁₂/dt|₀ = −8Γ₁₂ 
 NOTEBOOKS["03_truncation"] = [
     md("""# 03 — Truncating the tied hierarchy (paper Figs. 4 and 1)
 
-**Part A (Fig. 4): the exactly solvable Riccati flow** (THEORY §5, `examples/riccati.toml`): L = 1,
+**Part A (Fig. 4): the exactly solvable Riccati flow** (docs/theory.md §5, `examples/riccati.toml`): L = 1,
 𝓛 = ½(G₁ − G₂)², tied student (κ = 0.5, σ = 1: Marchenko–Pastur initial law with an atom ½ at 0),
 frozen teacher S* = cI, c = 1, γ = 0. In package time every eigenvalue follows
 `λ(τ) = cλ₀/(λ₀ + (c − λ₀)e^{−8cτ})`, so `μ₁(τ) = ∫ λ(τ) dρ₀(λ₀)` exactly. We compare it with the zero
@@ -516,9 +516,9 @@ notebook 02 for why h3 needs this). Direct student: GOE start σ = 0.5
 small d used here). B = 64, ε = αd/B = 0.01 (paper: d = 400, B = 512, ε ≈ 0.004;
 at the small d used here B = 512 would make the step α = εB/d so large that h3 SGD diverges).
 
-Theory: the closed direct system (THEORY §4) and, for tied, the moment hierarchy M = 6 with the ε terms
+Theory: the closed direct system (docs/theory.md §4) and, for tied, the moment hierarchy M = 6 with the ε terms
 inside its validity window plus the all-time spectral solver (ε = 0) beyond it. The learning signal is
-`p₁₂ = q₁₂ − t₁t₂`; for direct S we plot the seed average of |p₁₂| (seeds escape toward +S* or −S*, THEORY §4)."""),
+`p₁₂ = q₁₂ − t₁t₂`; for direct S we plot the seed average of |p₁₂| (seeds escape toward +S* or −S*, docs/theory.md §4)."""),
     code("SETUP"),
     code('''from symattn.spectral import solve_spectral
 D = 30 if QUICK else 80
@@ -613,7 +613,7 @@ fig.tight_layout(); savefig(fig); plt.show()'''),
 * h2: the direct limit flow stays exactly at p₁₂ = 0 (the uninformative manifold is invariant, notebook 02);
   the tied flow escapes (p₁₂ ≈ 0.3 by τ ≈ 0.3), with the M = 6 hierarchy inside its window and the spectral
   solver after it following SGD — the paper's Fig. 2 claim for h2 is reproduced. The direct SGD seeds leave
-  p₁₂ = 0 later through finite-d fluctuations (one seed reaches |p₁₂| ≈ 0.2 by τ = 0.8; cf. THEORY §4, ≈ 0.65
+  p₁₂ = 0 later through finite-d fluctuations (one seed reaches |p₁₂| ≈ 0.2 by τ = 0.8; cf. docs/theory.md §4, ≈ 0.65
   at d = 100): a finite-d effect absent from the limit.
 * h3 (unit-variance teacher): direct is stuck in the limit and its SGD |p₁₂| creeps to ≈ 0.04 by τ = 0.8
   (finite d). The tied claim is **not** reproduced here: from σ = 0.5 the limit flow shrinks the student
@@ -626,7 +626,7 @@ fig.tight_layout(); savefig(fig); plt.show()'''),
 NOTEBOOKS["05_untied_fast_slow"] = [
     md("""# 05 — Untied S = UVᵀ: fast means, slow overlaps, and the dichotomy (paper Fig. 3)
 
-Untied student and teacher (κ = σ = 1), L = 1, activations h1 (linear), h2, h3 (THEORY §6). The pre-activations
+Untied student and teacher (κ = σ = 1), L = 1, activations h1 (linear), h2, h3 (docs/theory.md §6). The pre-activations
 are *not* centred, so the means `m_k = Tr M_k/√d` are O(1) and move on the **fast** time t = nα (a boundary
 layer of Θ(d) steps), while the overlaps move on the **slow** time τ = nα/d (the package time axis).
 
@@ -739,7 +739,7 @@ for (act, s), (fp, th, sim) in res.items():
         print(f"  {act:6s} seed {s} {c:>24s}: max|theory−SGD| = {d_:.4f} (τ ∈ [{t_lo:.2g}, {tmax:.3g}]), "
               f"final theory {th.table[c][-1]:+.3f}, SGD {np.interp(tmax, sim.table['time'], tab[c]):+.3f}")'''),
     md("""## The dichotomy: the initial slow drift of the overlap from the fast-phase mean
-`g*₁₂ = ∂Φ/∂q^(1)₁₂` at the slaved means and the initial moments (THEORY §6); zero ⇔ no weak recovery on
+`g*₁₂ = ∂Φ/∂q^(1)₁₂` at the slaved means and the initial moments (docs/theory.md §6); zero ⇔ no weak recovery on
 the slow scale. We compare the free-probability limit (teacher mean m* = 0) with the sampled start of each seed."""),
     code('''P_cache = {}
 print(f"{'act':6s} {'start':>10s} {'m_teacher':>10s} {'m*_student':>11s} {'g*12':>10s} {'dq12/dτ|0 theory':>17s} {'SGD dq12/dτ 1st pt':>18s}")

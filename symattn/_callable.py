@@ -1,4 +1,4 @@
-"""Modules that are also the function of the same name (INTERFACE.md "Python").
+"""Modules that are also the function of the same name (docs/interface.md "Python").
 
 ``symattn.derive(spec, truncation=M)``, ``symattn.integrate(system, ...)``, ``symattn.simulate(...)``
 and ``symattn.compare(...)`` are the documented entry points, while ``symattn.derive`` etc. are also

@@ -1,4 +1,4 @@
-"""Theory next to simulation (``symattn compare``): CSVs, a figure and summary.json (INTERFACE.md)."""
+"""Theory next to simulation (``symattn compare``): CSVs, a figure and summary.json (docs/interface.md)."""
 from __future__ import annotations
 
 import json
@@ -72,10 +72,10 @@ def plot(theory: dict, sim: dict, path, title="", extra: dict | None = None, sim
             ax.plot(tt[first:], ty[first:], "-", color="0.75", lw=0.8, label="theory beyond its validity")
         lo.append(np.nanmin(np.asarray(theory[c])[keep]))
         hi.append(np.nanmax(np.asarray(theory[c])[keep]))
-        for name, tab in (extra or {}).items():
+        for m, (name, tab) in enumerate((extra or {}).items()):
             if c in tab:
                 k2 = _until(tab, valid_until)
-                ax.plot(np.asarray(tab["time"])[k2], np.asarray(tab[c])[k2], "--", label=name)
+                ax.plot(np.asarray(tab["time"])[k2], np.asarray(tab[c])[k2], "--", color=f"C{m + 1}", label=name)
         for m, (name, tab) in enumerate(sim_tables):
             if c not in tab:
                 continue
@@ -140,7 +140,7 @@ def compare(spec, dim: int, seeds: int = 4, time: float = 1.0, points: int = 21,
     theory_table, info, extra = theory_for(spec, time, points, truncation, init, dim, noise, method, size)
     until = info.get("truncation_valid_until") or info.get("diverged_at")
     columns = deviations(theory_table, sim_table)
-    # INTERFACE.md: per column {max_abs_dev, theory_range}; also grouped under "columns"
+    # docs/interface.md: per column {max_abs_dev, theory_range}; also grouped under "columns"
     summary = {**columns, "spec": spec.name, "dim": dim, "seeds": seeds, "time": time, "theory": info,
                "columns": columns,
                "columns_within_validity": deviations(theory_table, sim_table, until) if until else None}
@@ -164,7 +164,7 @@ def _on_grid(table: dict, grid: np.ndarray, col: str) -> np.ndarray:
 def extrapolate(tables_by_dim: dict) -> dict:
     """d → ∞ estimate of every measured observable by a fit linear in 1/d at each time point.
 
-    ``tables_by_dim``: {d: simulation table} (columns and ``<col>_sem`` as in INTERFACE.md), at
+    ``tables_by_dim``: {d: simulation table} (columns and ``<col>_sem`` as in docs/interface.md), at
     least two distinct d. Tables are interpolated onto the time grid of the largest d (simulated
     grids differ only by the snapping of times to whole steps). At every time the fit
     y_d = a + b/d is weighted by 1/sem_d² (equal weights where a sem is 0, e.g. one seed);

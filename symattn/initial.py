@@ -1,4 +1,4 @@
-"""Initial conditions of the limit dynamics (THEORY.md §3, §7).
+"""Initial conditions of the limit dynamics (docs/theory.md §3, §7).
 
 ``free``: exact d → ∞ moments of asymptotically free initial laws (free probability).
 ``sample``: the moments of the very matrices ``simulate`` draws for (d, seed), so that theory and

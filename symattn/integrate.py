@@ -2,7 +2,7 @@
 
 Two failure modes are detected and reported with the time where they happen, never written as
 numbers: blow-up / NaN of the moments (the integration stops there), and loss of truncation
-validity — the M and M−2 truncations disagree by more than ``gap_tol`` (THEORY.md §5: the zero
+validity — the M and M−2 truncations disagree by more than ``gap_tol`` (docs/theory.md §5: the zero
 truncation has a finite window of validity; beyond it larger M diverges faster).
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ BLOWUP = 1e6
 
 @dataclass
 class TheoryResult:
-    """Columns of the theory CSV (INTERFACE.md) and the diagnostics of the run."""
+    """Columns of the theory CSV (docs/interface.md) and the diagnostics of the run."""
 
     table: dict
     truncation: int

@@ -1,4 +1,4 @@
-"""Model specification: TOML file or dict -> validated :class:`Spec` (INTERFACE.md, "Model specification").
+"""Model specification: TOML file or dict -> validated :class:`Spec` (docs/interface.md, "Model specification").
 
 Every malformed input raises :class:`SpecError` with one line naming the file, the key and
 what is allowed; the command line turns it into exit status 2.
@@ -42,7 +42,7 @@ Z = sp.Symbol("z")
 
 @dataclass(frozen=True)
 class Index:
-    """One d×d matrix S_k of the model (THEORY.md §1)."""
+    """One d×d matrix S_k of the model (docs/theory.md §1)."""
 
     name: str
     role: str
@@ -62,7 +62,7 @@ class Index:
 
     @property
     def centred(self) -> bool:
-        """G is centred for tied, direct and identity indices, not for untied (THEORY §1)."""
+        """G is centred for tied, direct and identity indices, not for untied (docs/theory.md §1)."""
         return self.parameterization != "untied"
 
     @property
@@ -119,7 +119,7 @@ class Spec:
         return self.noise_ratio * self.batch_size / dim
 
     def epsilon(self, dim: int | None = None) -> float:
-        """Noise ratio ε = α·d/B (THEORY §3, §7)."""
+        """Noise ratio ε = α·d/B (docs/theory.md §3, §7)."""
         if self.noise_ratio is not None:
             return self.noise_ratio
         if dim is None:

@@ -1,19 +1,19 @@
 """All-time deterministic "spectral" solver of the d → ∞ matrix flow (issue 6).
 
-The zero-truncated moment hierarchy (THEORY.md §5) converges only in a finite time window. Here
+The zero-truncated moment hierarchy (docs/theory.md §5) converges only in a finite time window. Here
 the limit flow is integrated at matrix level on one realisation of size N of the asymptotically
 free initial laws, with quantile (not random) spectra, so that the only finite-N effects are the
 discretisation of the spectra and the O(1/N) fluctuations of the Haar rotations:
 
-* tied students (package time ``t = nα/d``, THEORY §3, §5 ×4)
+* tied students (package time ``t = nα/d``, docs/theory.md §3, §5 ×4)
   ``dS_k/dt = −4 Σ_l Γ_kl(q) (S_l S_k + S_k S_l) − 2γ S_k``, integrated on a factor
   ``dW_k/dt = −4 (Σ_l Γ_kl S_l) W_k − γ W_k`` (so that ``d(W W^T)/dt`` is the S flow above, PSD
   and symmetric by construction, and an atom at 0 of the initial law stays at 0);
-* direct students ``dS_k/dt = −2 Σ_l Γ_kl S_l − γ S_k`` (THEORY §4 with Ω = Ψ);
+* direct students ``dS_k/dt = −2 Σ_l Γ_kl S_l − γ S_k`` (docs/theory.md §4 with Ω = Ψ);
 * frozen teachers; ``q_kl = Tr(S_k S_l)/N`` on the current matrices and Γ from
   :class:`symattn.derive.potential.Potential`.
 
-Realisation of the initial laws (THEORY §7): the first frozen, non-identity index is diagonal
+Realisation of the initial laws (docs/theory.md §7): the first frozen, non-identity index is diagonal
 with exact quantile eigenvalues ``λ_i = F^{-1}((i − ½)/N)`` of its law; every other index is
 ``O diag(λ) O^T`` with its own quantile eigenvalues and an independent Haar rotation O (QR of a
 Gaussian matrix with sign fix), so the family is asymptotically free. Laws: tied (Wishart
@@ -29,7 +29,7 @@ N³ work is matrix products (BLAS).
 Finite-N error: the same flow at N and N/2 (independent rotations); ``<col>_err = |f(N) − f(N/2)|``
 estimates the O(1/N) error of f(N).
 
-SGD noise (optional, ``epsilon = ε = αd/B > 0``; THEORY §7, ``derive/noise.py``). Route chosen: a
+SGD noise (optional, ``epsilon = ε = αd/B > 0``; docs/theory.md §7, ``derive/noise.py``). Route chosen: a
 *matrix-level Gaussian-equivalent stochastic flow*. Of the batch-gradient fluctuation δ_k only its
 second moments enter the O(ε) limit, ``E Tr(X δ_k Y δ_l)/d → (ν_kl/B) tr X tr Y``, so δ is replaced
 by a symmetric Gaussian (GOE-like) matrix with exactly these second moments; summed over the d·dt/α
@@ -600,7 +600,7 @@ def _noisy_average(spec, P, nu, N, seed, times, epsilon, noise_seed, dt_max, rea
 # ============================================================================ result
 @dataclass
 class SpectralResult:
-    """Columns of the theory CSV (INTERFACE.md) plus ``<col>_err``; spectra of the students."""
+    """Columns of the theory CSV (docs/interface.md) plus ``<col>_err``; spectra of the students."""
 
     table: dict
     spectra: dict

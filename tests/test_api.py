@@ -1,4 +1,4 @@
-"""The Python surface of INTERFACE.md: the documented entry points are callable from ``symattn``,
+"""The Python surface of docs/interface.md: the documented entry points are callable from ``symattn``,
 their tables carry the CSV columns, and compare's summary.json holds per-column deviations."""
 import json
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""The limit dynamics against exact solutions and online SGD (issue 4, THEORY.md §3–5, §7).
+"""The limit dynamics against exact solutions and online SGD (issue 4, docs/theory.md §3–5, §7).
 
 Deterministic checks (exact Riccati flow, truncation honesty, weak-recovery identity,
 deterministic code generation) run in the default suite, with one SGD setting (tied h2) at
@@ -53,7 +53,7 @@ def quiet_integrate(system, **kw):
         return integrate(system, **kw)
 
 
-# ============================================================================ Riccati (THEORY §5)
+# ============================================================================ Riccati (docs/theory.md §5)
 def mp_riccati_trace(tau, kappa, sigma2, c=1.0, nodes=4000):
     """Exact tr_student(τ) = ∫ cλ/(λ + (c−λ)e^{−8cτ}) dρ_MP(λ) (package time, ½-MSE).
 
@@ -144,7 +144,7 @@ def test_no_rows_after_divergence():
         assert len(v) == len(t)
 
 
-# ============================================================================ weak recovery (THEORY §5)
+# ============================================================================ weak recovery (docs/theory.md §5)
 @pytest.mark.parametrize("name", ["tied_h2_L1", "tied_softmax_L2"])
 def test_weak_recovery_identity(name):
     """dp_12/dt|₀ = 4·(−2 Γ_12 t_1 p_22) (package time) at free initial moments, ε = 0, to 1e-10."""
@@ -228,7 +228,7 @@ def tied_h2_small():
 #   p_student_teacher   0.0095              0.0109              0.0094 / 0.0113
 # → the gap is O(1/d) (same c at both d) and ε-independent: a finite-size effect of the
 #   population gradient (≈ 10/d relative to the change of tr and q over the horizon, in line with
-#   THEORY §7's "≈ 13/d"), not the O(ε) noise term (which moves tr by only 2e-5 here).
+#   docs/theory.md §7's "≈ 13/d"), not the O(ε) noise term (which moves tr by only 2e-5 here).
 TIED_H2_C = {"tr_student": 0.24, "q_student_student": 0.31, "q_student_teacher": 0.02,
              "p_student_teacher": 0.011, "p_student_student": 0.2}
 K_SEM = 4.0          # max over 11 correlated time points of a t-like statistic
@@ -283,7 +283,7 @@ def test_tied_h2_paired_gap_shrinks_with_d():
     sim100, r100 = paired_run(spec, 8, 0.05, 100, 4)
     dev100 = check_paired(r100, 100, TIED_H2_C, "tied h2 d=100")
     # weak recovery from the uninformative start (Fig. 2, W-flow): the SGD increment of p_12 is
-    # resolved (> 4 sem) and positive, as the theory's (driven by the PSD trace, THEORY §5)
+    # resolved (> 4 sem) and positive, as the theory's (driven by the PSD trace, docs/theory.md §5)
     inc = sim100.per_seed["p_student_teacher"][:, -1] - sim100.per_seed["p_student_teacher"][:, 0]
     th = quiet_integrate(derive(spec, 8), time=0.05, points=11, check_truncation=False).table
     print(f"  p_12 increment: SGD {inc.mean():.3g} ± {inc.std(ddof=1) / 2:.2g}, "
@@ -360,7 +360,7 @@ def test_sgd_vs_theory_two_d(name):
             assert ratio < 0.75, (name, col, ratio)
 
 
-# direct h2 (THEORY §4): the limit stays at p_12 = 0; SGD's seed average of |p_12| before the
+# direct h2 (docs/theory.md §4): the limit stays at p_12 = 0; SGD's seed average of |p_12| before the
 # finite-d escape, measured ·d at d = 100 (4 seeds) / d = 200 (3 seeds), max over [0, 0.2]:
 #   mean|p_12|·d = 0.070 (d = 100) and 0.085 (d = 200), largest at t = 0 and slowly decreasing
 #   (0.070 → 0.050 at d = 100): no escape before 0.2 at these scales; the limit (0) holds to O(1/d).

@@ -1,4 +1,4 @@
-"""Tests of symattn.symbolic.freeprob (THEORY.md §7): exact free moments and sampled moments.
+"""Tests of symattn.symbolic.freeprob (docs/theory.md §7): exact free moments and sampled moments.
 
 Tolerance of the sampling comparisons.  For a word w of length |w| the sampled Tr(w)/d deviates
 from its d → ∞ limit by an O(1/d) bias plus O(1/d) fluctuations whose size is set by the

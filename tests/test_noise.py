@@ -1,4 +1,4 @@
-"""SGD-noise corrections of the limit equations (THEORY.md §7, derive/noise.py) against SGD — issue 8.
+"""SGD-noise corrections of the limit equations (docs/theory.md §7, derive/noise.py) against SGD — issue 8.
 
 Two kinds of evidence, both at d = 100 and 200 (finite-size corrections are O(1/d)):
 

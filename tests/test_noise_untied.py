@@ -1,4 +1,4 @@
-"""Untied SGD-noise terms (derive/noise.py, THEORY.md §6–7) against the exact one-step generator of SGD.
+"""Untied SGD-noise terms (derive/noise.py, docs/theory.md §6–7) against the exact one-step generator of SGD.
 
 Method (as ``tests/test_noise.py`` for tied/direct). One untied step is exactly
 
@@ -265,7 +265,7 @@ def run_case(case, family, dims=(100, 200), seeds=3, batches=150):
 
 # Tolerance. The ratio is 1 + c/d + c'/d² with c ≈ 10–20 (measured); the two-point extrapolation
 # 2r(2d) − r(d) removes c/d and leaves −c'/(d·2d) ≈ 0.01–0.02 for |c'| ≲ 400 (cf. direct linear,
-# 9/d + 16/d², THEORY §7). Hence |ext − 1| < 3σ + 0.04; +0.02 more for a quadrature ν (softmax: ν is
+# 9/d + 16/d², docs/theory.md §7). Hence |ext − 1| < 3σ + 0.04; +0.02 more for a quadrature ν (softmax: ν is
 # calibrated to 2 %, derive/noise.py). Per d the ratio must lie in a band that shrinks with d.
 PARAMS = [("linear_L1", "plain"), ("linear_L1", "traced"), ("linear_L2_C", "plain"), ("linear_L2_C", "traced"),
           ("softmax_L2", "plain")]

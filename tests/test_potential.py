@@ -1,7 +1,7 @@
-"""The population-loss engine Φ(θ) = E_G 𝓛(G) and its gradient (THEORY.md §2), proven three ways.
+"""The population-loss engine Φ(θ) = E_G 𝓛(G) and its gradient (docs/theory.md §2), proven three ways.
 
 (a) Monte Carlo over a Gaussian G built here, independently of ``symattn.symbolic.gaussian``,
-    from THEORY §2: E G_ijk = C_ij m_k, Cov(G_ijk, G_i'j'l) = C_ii'C_jj'Ω_kl + C_ij'C_ji'Ψ_kl.
+    from docs/theory.md §2: E G_ijk = C_ij m_k, Cov(G_ijk, G_i'j'l) = C_ii'C_jj'Ω_kl + C_ij'C_ji'Ψ_kl.
     Φ is the sample mean of the per-sample loss (``build_loss(spec).expr``, lambdified here);
     ∂Φ/∂θ uses Price's theorem on the samples,
         ∂Φ/∂θ_p = E[ Σ_a ∂μ_a/∂θ_p ∂_a𝓛 + ½ Σ_ab ∂Σ_ab/∂θ_p ∂_a∂_b𝓛 ],
@@ -108,7 +108,7 @@ def potential_of(case):
 
 # ----------------------------------------------------------------------------- independent Gaussian G
 def order_matrices(spec, theta: dict):
-    """m (K,), Ω, Ψ (K×K) from order parameters named like INTERFACE.md's CSV columns."""
+    """m (K,), Ω, Ψ (K×K) from order parameters named like docs/interface.md's CSV columns."""
     ix = spec["indices"]
     K = len(ix)
     names = [i["name"] for i in ix]
@@ -185,7 +185,7 @@ def mm(A, B):
 
 
 def mc_gaussian(case, theta: dict, n_samples=1_000_000, chunk=200_000, seed=0):
-    """(Φ, SE), (∂Φ/∂θ, SE) in ``names`` order by Monte Carlo over the Gaussian G of THEORY §2."""
+    """(Φ, SE), (∂Φ/∂θ, SE) in ``names`` order by Monte Carlo over the Gaussian G of docs/theory.md §2."""
     spec = ALL_CASES[case][0]
     names = list(theta)
     mean, cov = gaussian_G(spec, theta)
@@ -240,7 +240,7 @@ def mc_gaussian(case, theta: dict, n_samples=1_000_000, chunk=200_000, seed=0):
 
 
 def gamma_from_partials(names, grad, K_names=("s", "t")):
-    """Γ of THEORY §2 from plain partials: Γ_kk = ∂Φ/∂q_kk, Γ_kl = ½ ∂Φ/∂q_kl."""
+    """Γ of docs/theory.md §2 from plain partials: Γ_kk = ∂Φ/∂q_kk, Γ_kl = ½ ∂Φ/∂q_kl."""
     K = len(K_names)
     out = np.zeros((K, K))
     for k in range(K):
@@ -461,7 +461,7 @@ def finite_d_allowance(S, mats, C, d, sd):
     """O(1/√d) allowance for the non-Gaussianity of G at finite d (stated and justified here).
 
     With x Gaussian and the matrices fixed, the first two moments of G are *exactly* those of
-    THEORY §2 at the measured (m, Ω, Ψ): only the higher cumulants differ. For one coordinate
+    docs/theory.md §2 at the measured (m, Ω, Ψ): only the higher cumulants differ. For one coordinate
     g = xᵀSx/√d (S symmetrised) κ_n(g) = 2^{n−1}(n−1)! Tr(S^n)/d^{n/2}, so the skewness is
     γ₁ = 2√2 (Tr S³/d)/(Tr S²/d)^{3/2}/√d = O(1/√d) and the excess kurtosis
     γ₂ = 12 (Tr S⁴/d)/(Tr S²/d)²/d = O(1/d). The Edgeworth expansion gives

@@ -1,4 +1,4 @@
-"""Online SGD simulator (symattn.simulate): exact step, initial drift vs THEORY §3/§5, determinism, CLI."""
+"""Online SGD simulator (symattn.simulate): exact step, initial drift vs docs/theory.md §3/§5, determinism, CLI."""
 from __future__ import annotations
 
 import numpy as np
@@ -118,7 +118,7 @@ def drift_check(spec, d, seeds, window, points=6, workers=None):
 # fresh samples at the very initial matrices (no SGD, so no O(ε) term) gives, relative to the
 # Γ(q) prediction at d = 100: tied h2 L=1 +14..+20 % (q_st, q_ss, tr), tied softmax L=2
 # −4.5..−5.4 % (q_st), −1.5 % (q_ss), −0.1 % (tr); direct softmax L=2 −2 % (q_st, q_ss): O(1/d)
-# non-Gaussianity of G = (x^T S x − C Tr S)/√d (THEORY §7 "finite-size corrections ... large
+# non-Gaussianity of G = (x^T S x − C Tr S)/√d (docs/theory.md §7 "finite-size corrections ... large
 # constants"). SGD at these ε reproduces those finite-d population drifts within its error bars
 # (tied h2 also carries the O(ε) Itô term, ≈ −4 % at ε = 0.001). Windows are short against the
 # drift time scale (q/|dq/dt| ≈ 0.0024 for h2, ≈ 0.6 for softmax) and a quadratic is fitted.
@@ -163,7 +163,7 @@ def test_determinism_parallel_equals_sequential():
         assert np.array_equal(a.table[col], b.table[col]), col
         assert np.array_equal(a.table[col], c.table[col]), col
     assert a.per_seed["q_student_teacher"].shape == (2, 4)
-    # the initial point is the state draw_initial gives for that seed (THEORY §7 sampled initial conditions)
+    # the initial point is the state draw_initial gives for that seed (docs/theory.md §7 sampled initial conditions)
     op = order_parameters(spec, draw_initial(spec, 24, np.random.default_rng(1)), 24)
     assert a.per_seed["q_student_student"][1, 0] == pytest.approx(op["q_student_student"], rel=1e-12)
     assert a.table["time"][-1] == pytest.approx(0.05, rel=0.05)

@@ -1,4 +1,4 @@
-"""Spec validation (INTERFACE.md, "Model specification"): every malformed file is refused through
+"""Spec validation (docs/interface.md, "Model specification"): every malformed file is refused through
 the command line with exit status 2 and exactly one line on stderr naming the key; valid specs load.
 """
 from __future__ import annotations

@@ -88,7 +88,7 @@ def test_initial_order_parameters_are_free_values():
         assert res.table[name][0] == pytest.approx(v, abs=0.03)
 
 
-# ------------------------------------------------------------------ Riccati (THEORY §5)
+# ------------------------------------------------------------------ Riccati (docs/theory.md §5)
 def _mp_exact_trace(t, kappa=0.5, sigma2=1.0, c=1.0):
     """∫ cλ/(λ + (c−λ)e^{−8cτ}) dρ_0 by quadrature of the MP density (the atom at 0 stays at 0)."""
     a, b = sigma2 * (1 - kappa ** 0.5) ** 2, sigma2 * (1 + kappa ** 0.5) ** 2
@@ -188,7 +188,7 @@ def test_h2_initial_slope_from_free_moments():
     q = res.table["q_student_student"]
     slope = (-3 * q[0] + 4 * q[1] - q[2]) / (2 * h)
     assert slope == pytest.approx(-16 * (10.5 * 5 - 2 * 1), rel=0.03)
-    # weak recovery (THEORY §5, P eq. 17, ×4 in package time): dp_st/dt|0 = −8 Γ_st t_s p_tt = 8
+    # weak recovery (docs/theory.md §5, P eq. 17, ×4 in package time): dp_st/dt|0 = −8 Γ_st t_s p_tt = 8
     p = res.table["p_student_teacher"]
     assert (-3 * p[0] + 4 * p[1] - p[2]) / (2 * h) == pytest.approx(-8 * (-2.0) * 1.0 * 0.5, rel=0.05)
 
@@ -200,11 +200,11 @@ def test_h2_stable_to_time_3():
     loss = res.table["loss"]
     assert loss[-1] < 1e-2 * loss[0] and np.all(np.diff(loss) <= 1e-9)
     assert res.table["q_student_teacher"][-1] == pytest.approx(res.table["q_teacher_teacher"][-1], abs=0.02)
-    assert res.table["p_student_teacher"][-1] > 0.4           # weak recovery (THEORY §5)
+    assert res.table["p_student_teacher"][-1] > 0.4           # weak recovery (docs/theory.md §5)
     assert np.all(res.spectra["student"] > -1e-10)            # PSD by construction
 
 
-# ------------------------------------------------------------------ direct students (THEORY §4)
+# ------------------------------------------------------------------ direct students (docs/theory.md §4)
 def test_direct_linear_is_exact_relaxation():
     """Linear ½-MSE: Γ = [[1, −1], [−1, 1]], dS/dt = −2(S − T) ⇒ S(t) = T + (S0 − T)e^{−2t}."""
     spec = _spec([{"name": "s", "role": "student", "parameterization": "direct", "init_scale": 0.5}],

@@ -1,5 +1,5 @@
 """SGD noise in the spectral solver (``solve_spectral(..., epsilon=ε)``): the matrix-level
-Gaussian-equivalent stochastic flow against the noise-corrected moment hierarchy (THEORY §5, §7).
+Gaussian-equivalent stochastic flow against the noise-corrected moment hierarchy (docs/theory.md §5, §7).
 
 1. Generator at t = 0: the drift of tr_student, q_student_student, q_student_teacher of one step
    of the stochastic flow (deterministic part exact, noise part the even part of ±dΞ pairs of the

@@ -1,6 +1,6 @@
 """The all-time spectral solver against online SGD and the moment hierarchy (issue 6, "beyond truncation").
 
-Cases: tied L=1 h2 (student κ=1, teacher κ*=0.5) and tied L=2 softmax (β=1), THEORY.md §5/§8.
+Cases: tied L=1 h2 (student κ=1, teacher κ*=0.5) and tied L=2 softmax (β=1), docs/theory.md §5/§8.
 
 * Curves: ``solve_spectral`` (size N, with its N vs N/2 error ``<col>_err``) against the seed means of
   ``simulate`` over the whole horizon, which reaches far beyond the moment hierarchy's window
@@ -46,7 +46,7 @@ K_SEM = 4.0
 #   h2, ε = 0.002, horizon 0.06: max |dev| of p_student_student 0.142 (d = 50), 0.076 (d = 100) — it halves
 #     with d, i.e. finite-d dominated (≈ 7/d); resid up to 0.064 (d = 50, loss), 0.045 (d = 100, p_ss).
 #     Hence ALLOW_D = 5 (0.1 at d = 50, 0.05 at d = 100) and ALLOW_EPS = 0.01 for the ε-part that does not
-#     decay with d (THEORY §7: at ε = 0.002 the initial drift is still ≈ 2–3 % below the ε → 0 limit).
+#     decay with d (docs/theory.md §7: at ε = 0.002 the initial drift is still ≈ 2–3 % below the ε → 0 limit).
 #   softmax, ε = 0.01, horizon 0.6: max |dev| ≤ 0.02 at d = 50, resid ≤ 0.004; ALLOW_D = 1, ALLOW_EPS = 0.01.
 CASES = {
     "h2": dict(file="tied_h2_L1.toml", eps=0.002, allow_d=5.0, allow_eps=0.01, size=200,

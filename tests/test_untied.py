@@ -1,4 +1,4 @@
-"""Untied attention S = UVᵀ (THEORY.md §6): letter flows, slaved means, weak recovery, simulation."""
+"""Untied attention S = UVᵀ (docs/theory.md §6): letter flows, slaved means, weak recovery, simulation."""
 from __future__ import annotations
 
 import warnings

@@ -217,7 +217,7 @@ def gradient_matrix_lines(potential, var="g") -> list:
 
 
 def gamma_lines(potential, var="g", out="gamma"):
-    """Lines filling the K×K Γ = GΩ + GΨ (off-diagonal halved; THEORY §2) from ∂Φ/∂θ."""
+    """Lines filling the K×K Γ = GΩ + GΨ (off-diagonal halved; docs/theory.md §2) from ∂Φ/∂θ."""
     return gradient_matrix_lines(potential, var) + [f"    {out} = GO + GP"]
 
 

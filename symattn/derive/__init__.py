@@ -40,8 +40,8 @@ def derive(spec, truncation: int | None = None, tol: float = 1e-8):
 
     spec = load_spec(spec)
     est = check_size(spec, truncation or spec.truncation)
-    note(f"deriving {spec.name} (M = {est['truncation']}): ~{est['moments']:.3g} moments over "
-         f"{est['letters']} letters")
+    big = f", of the order of {est['moments']:.2g} moments" if est["moments"] > 1e4 else ""
+    note(f"deriving {spec.name} (M = {est['truncation']}, {est['letters']} letters{big})")
     P = Potential(spec, tol=tol)
     if any(spec.indices[k].parameterization == "untied" for k in range(spec.K)):
         from .untied import derive_untied

@@ -1,4 +1,4 @@
-"""Moment hierarchies of online SGD in the limit d → ∞ (THEORY.md §4, §5), on package time nα/d.
+"""Moment hierarchies of online SGD in the limit d → ∞ (docs/theory.md §4, §5), on package time nα/d.
 
 Every parameterisation is a *letter flow*: the time derivative of a trainable letter written as
 a linear combination of letter strings with coefficients that depend on the order parameters,
@@ -101,7 +101,7 @@ class MomentSystem:
         return np.asarray(init, dtype=float)
 
     def observables(self, Y) -> dict:
-        """CSV columns (INTERFACE.md) from moment trajectories Y[time, word]."""
+        """CSV columns (docs/interface.md) from moment trajectories Y[time, word]."""
         Y = np.atleast_2d(Y)
         spec, out = self.spec, {}
         tr = {k: Y[:, self.index(((k, "S"),))] for k in range(spec.K)}
@@ -200,7 +200,7 @@ def symmetric_coef_names(spec) -> list:
 
 def derive_symmetric(spec, truncation: int | None = None, potential: Potential | None = None,
                      nu: dict | None = None) -> MomentSystem:
-    """The direct/tied hierarchy of a spec whose indices are all symmetric (THEORY §4, §5)."""
+    """The direct/tied hierarchy of a spec whose indices are all symmetric (docs/theory.md §4, §5)."""
     spec = load_spec(spec)
     M = truncation or spec.truncation
     P = potential or Potential(spec)

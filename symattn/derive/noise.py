@@ -1,4 +1,4 @@
-"""Second-order (Itô) SGD-noise terms of the moment hierarchies at noise ratio ε = αd/B (THEORY.md §7).
+"""Second-order (Itô) SGD-noise terms of the moment hierarchies at noise ratio ε = αd/B (docs/theory.md §7).
 
 Per step a trainable letter moves by its drift plus a fluctuation linear in δ_k = Ĥ_k − E Ĥ_k,
 Ĥ_k the batch-mean gradient ∂𝓛/∂S_k (symmetrised for tied and direct indices):

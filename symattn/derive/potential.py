@@ -1,10 +1,10 @@
-"""The population loss Φ(θ) = E_G 𝓛(G) and its gradient (THEORY.md §2).
+"""The population loss Φ(θ) = E_G 𝓛(G) and its gradient (docs/theory.md §2).
 
 Polynomial terms of 𝓛 are integrated exactly (Isserlis/Wick, ``symbolic.gaussian``); the
 others by Gauss–Hermite quadrature over the entries they depend on (``symbolic.quadrature``).
 Gradients: exact differentiation of the closed form, Price's theorem for the quadrature.
 
-Conventions of the returned gradient matrices (full-matrix convention, THEORY §2): with
+Conventions of the returned gradient matrices (full-matrix convention, docs/theory.md §2): with
 dΦ = Σ_k g_k dm_k + Σ_{k,l} (GΩ_kl dΩ_kl + GΨ_kl dΨ_kl) over *ordered* pairs, so an
 off-diagonal entry is half the derivative in the single symmetric variable. For a pair with
 Ω = Ψ = q the derivative in q is split evenly, and the tied Γ = GΩ + GΨ.
@@ -39,7 +39,7 @@ class Gradients:
 
 
 class GaussianExpectation:
-    """E[f(G, ξ)] over the Gaussian law of THEORY §2 as a function of the order parameters θ.
+    """E[f(G, ξ)] over the Gaussian law of docs/theory.md §2 as a function of the order parameters θ.
 
     ``terms`` sum to f; polynomial ones are integrated exactly (Wick), the others are grouped by
     the entries they depend on and integrated by quadrature (tolerance ``tol``).
@@ -184,7 +184,7 @@ class Potential(GaussianExpectation):
         return self.gradients(values).gamma
 
     def gradient_named(self, values) -> dict:
-        """INTERFACE.md ``potential --json`` gradient: Γ convention (off-diagonal halved) by name."""
+        """docs/interface.md ``potential --json`` gradient: Γ convention (off-diagonal halved) by name."""
         _, grad = self.value_and_gradient(values)
         out = {}
         for n, gval in zip(self.names, grad):

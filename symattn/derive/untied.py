@@ -1,4 +1,4 @@
-"""Untied attention S_k = M_k = U_k V_kᵀ: fast means, slow moments (THEORY.md §6), on package time.
+"""Untied attention S_k = M_k = U_k V_kᵀ: fast means, slow moments (docs/theory.md §6), on package time.
 
 Derivation (one SGD step, batch-mean gradient, step α, weight decay γ; G *not* centred):
 
@@ -343,7 +343,7 @@ class UntiedSystem:
 
     # ---------------------------------------------------------------- observables
     def observables(self, Y) -> dict:
-        """CSV columns (INTERFACE.md) from state trajectories Y[time, entry]."""
+        """CSV columns (docs/interface.md) from state trajectories Y[time, entry]."""
         Y = np.atleast_2d(np.asarray(Y, dtype=float))
         spec, out = self.spec, {}
         names, sym = spec.names, self.alphabet.symmetric
@@ -414,7 +414,7 @@ class UntiedSystem:
         mp = list(self.mean_pos)
         ms = [self.mean_state[k] for k in self.mean_trainable]
         return f'''
-# ---- untied: means slaved to the critical manifold dΦ/dm = 0 (THEORY §6) ----
+# ---- untied: means slaved to the critical manifold dΦ/dm = 0 (docs/theory.md §6) ----
 MEAN_POS = np.array({mp!r}, dtype=np.int64)    # positions of the trainable means in θ
 MEAN_STATE = np.array({ms!r}, dtype=np.int64)  # their entries in the state vector
 N_MEANS = {len(mp)}
@@ -540,7 +540,7 @@ def rhs(t, mu, params):
 # ------------------------------------------------------------------------------------ derive
 def derive_untied(spec, truncation: int | None = None, potential: Potential | None = None,
                   nu: dict | None = None) -> UntiedSystem:
-    """The untied slow hierarchy of a spec with at least one untied index (THEORY §6)."""
+    """The untied slow hierarchy of a spec with at least one untied index (docs/theory.md §6)."""
     spec = load_spec(spec)
     M = truncation or spec.truncation
     P = potential or Potential(spec)

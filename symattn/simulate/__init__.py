@@ -1,4 +1,4 @@
-"""Online SGD at finite d (THEORY.md §1, §3): ``simulate(spec, dim, seeds, time, points)``.
+"""Online SGD at finite d (docs/theory.md §1, §3): ``simulate(spec, dim, seeds, time, points)``.
 
 Modules: ``init`` (initial matrices, §3/§7), ``sgd`` (one batched SGD step), ``measure`` (order
 parameters, test loss), ``run`` (seeds in parallel, table/CSV), ``cli`` (``simulate`` command).

@@ -1,4 +1,4 @@
-"""Initial matrices of a simulation (THEORY.md §3 "Initialisation", §7 "Sampled initial conditions").
+"""Initial matrices of a simulation (docs/theory.md §3 "Initialisation", §7 "Sampled initial conditions").
 
 ``draw_initial(spec, dim, rng)`` returns one dict per index, in spec order:
 ``{'W': W}`` (tied, S = WW^T), ``{'U': U, 'V': V}`` (untied, S = UV^T), ``{'S': S}`` (direct,
@@ -31,7 +31,7 @@ def goe(dim: int, rng) -> np.ndarray:
 
 
 def draw_initial(spec: Spec, dim: int, rng) -> list:
-    """Initial (student) / frozen (teacher) matrices of every index, THEORY §3 laws, spec order."""
+    """Initial (student) / frozen (teacher) matrices of every index, docs/theory.md §3 laws, spec order."""
     out = []
     sq = np.sqrt(dim)
     for k, ix in enumerate(spec.indices):

@@ -1,4 +1,4 @@
-"""Order parameters of the current matrices, as the CSV columns of INTERFACE.md (THEORY.md §2, §5, §6).
+"""Order parameters of the current matrices, as the CSV columns of docs/interface.md (docs/theory.md §2, §5, §6).
 
 Traces use factor identities and never form S = WW^T or UV^T:
 ``Tr(L_a R_a^T L_b R_b^T) = Σ (R_a^T L_b) ∘ (L_a^T R_b)`` (tied: ``‖W_a^T W_b‖_F²``),
@@ -68,7 +68,7 @@ def trace_product(par_a: str, sa: dict, par_b: str, sb: dict, transpose_b: bool 
 
 
 def column_names(spec) -> list:
-    """Measured order-parameter columns in INTERFACE.md order (without time, loss, test_loss)."""
+    """Measured order-parameter columns in docs/interface.md order (without time, loss, test_loss)."""
     cols, names, par = [], spec.names, [ix.parameterization for ix in spec.indices]
     for a, n in enumerate(names):
         cols.append(f"tr_{n}")

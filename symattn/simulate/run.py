@@ -1,4 +1,4 @@
-"""``simulate``: online SGD over seeds, measurements, averages and CSV (THEORY.md §3, INTERFACE.md).
+"""``simulate``: online SGD over seeds, measurements, averages and CSV (docs/theory.md §3, docs/interface.md).
 
 Seed s uses ``rng = np.random.default_rng(s)``: ``draw_initial`` first, then one batch per step
 from the same stream; the test loss draws from the separate stream ``default_rng([s, 7919])``.

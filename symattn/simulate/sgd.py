@@ -1,4 +1,4 @@
-"""One online-SGD step at finite d, dense batched BLAS (THEORY.md §1, §3).
+"""One online-SGD step at finite d, dense batched BLAS (docs/theory.md §1, §3).
 
 Pre-activations ``G_ijk = x_i^T S_k x_j/√d`` (minus ``C_ij Tr S_k/√d`` for tied, direct and identity
 indices), the per-sample ∂𝓛/∂G from ``build_loss(spec).compile_gradient()`` (the theory's SymPy
@@ -114,7 +114,7 @@ class Model:
                 if XXt is None:
                     XXt = X @ X.transpose(0, 2, 1)
                 g = self.scale_id[k] * XXt
-            if par != "untied":  # centred G (THEORY §1)
+            if par != "untied":  # centred G (docs/theory.md §1)
                 g = g - (self.C * self.trace(k)).astype(self.dtype)
             G[..., k] = g / sq
         return G, P

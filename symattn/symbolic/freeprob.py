@@ -1,4 +1,4 @@
-"""Large-d limits of trace moments of words in independent random matrices (THEORY.md §7).
+"""Large-d limits of trace moments of words in independent random matrices (docs/theory.md §7).
 
 A *word* is a tuple of letters; a letter is ``(k, op)`` with ``k`` the (0-based) index of a matrix
 family and ``op`` one of
@@ -15,7 +15,7 @@ Two sides are provided:
   independent (hence asymptotically free), as an exact sympy number (rational inputs), a sympy
   Float (float inputs) or a polynomial in the symbols (symbolic inputs).
 * :func:`sample_matrices` / :func:`sample_moments` -- the same moments measured on concrete
-  sampled matrices, e.g. the initial state of a simulation (THEORY.md §7, "Sampled initial
+  sampled matrices, e.g. the initial state of a simulation (docs/theory.md §7, "Sampled initial
   conditions").
 
 Engine of the exact side (genus-0 Wick expansion).  Every letter is written as a product of
@@ -394,7 +394,7 @@ def _evaluate(poly: dict, laws, mode: str):
 
 
 def free_moment(word, laws) -> sp.Expr:
-    """Exact d → ∞ limit of Tr(X_1 ⋯ X_w)/d for independent indices (THEORY.md §7).
+    """Exact d → ∞ limit of Tr(X_1 ⋯ X_w)/d for independent indices (docs/theory.md §7).
 
     ``word``: tuple of letters ``(k, op)``; ``laws``: sequence of law objects indexed by k.
     Returns an exact sympy Rational for rational parameters, a sympy Float for float
@@ -478,7 +478,7 @@ def canonical_words(laws, max_len: int, min_len: int = 0) -> list:
 # ----------------------------------------------------------------------------------------------
 
 def sample_matrices(laws, d: int, rng: np.random.Generator, dtype=np.float64) -> list:
-    """Draw the concrete factors of every index (THEORY.md §3 initialisation, §7 sampled ICs).
+    """Draw the concrete factors of every index (docs/theory.md §3 initialisation, §7 sampled ICs).
 
     Returns a list (indexed by k) of dicts: ``{'W': W}`` (Wishart, W d×d_k, entries N(0, σ²/d)),
     ``{'U': U, 'V': V}`` (untied), ``{'S': S}`` (GOE: S = σ(X + X^T)/√(2d), X i.i.d. N(0,1), so

@@ -1,10 +1,10 @@
-"""Gaussian structure of the pre-activations G and exact Gaussian expectations (THEORY.md §2).
+"""Gaussian structure of the pre-activations G and exact Gaussian expectations (docs/theory.md §2).
 
     E[G_ijk] = C_ij m_k   (0 for centred indices),
     Cov(G_ijk, G_i'j'l) = C_ii' C_jj' Ω_kl + C_ij' C_ji' Ψ_kl,
     Ω_kl = Tr(S_k S_l^T)/d,  Ψ_kl = Tr(S_k S_l)/d.
 
-Order-parameter symbols carry the CSV column names of INTERFACE.md: ``m_a`` (untied indices),
+Order-parameter symbols carry the CSV column names of docs/interface.md: ``m_a`` (untied indices),
 ``q_a_b`` for pairs where Ω = Ψ (at least one symmetric matrix), ``q1_a_b`` (Ω) and ``q2_a_b`` (Ψ)
 for pairs of untied indices. Label-noise symbols ξ are independent N(0, Δ).
 """

@@ -1,4 +1,4 @@
-"""The per-sample loss 𝓛(G) as a SymPy expression (THEORY.md §1).
+"""The per-sample loss 𝓛(G) as a SymPy expression (docs/theory.md §1).
 
 Symbols: ``G_i_j_k`` (1-based, k in spec order) for the pre-activations and ``xi_i_j`` for the
 label noise added to each teacher output (Gaussian, variance = model.label_noise).

@@ -1,4 +1,4 @@
-"""Deterministic Gaussian quadrature of non-polynomial loss terms (THEORY.md §2).
+"""Deterministic Gaussian quadrature of non-polynomial loss terms (docs/theory.md §2).
 
 A term f of the loss depends on a few entries x = (G.., ξ..) only (read off its SymPy free
 symbols). It often depends on fewer directions still (a softmax row only on differences): the

@@ -1,4 +1,4 @@
-"""Word algebra for normalised trace moments μ_w = Tr(X_1 ⋯ X_n)/d (THEORY.md §5, §6).
+"""Word algebra for normalised trace moments μ_w = Tr(X_1 ⋯ X_n)/d (docs/theory.md §5, §6).
 
 A letter is ``(k, op)``: index k (0-based, spec order) and op ∈ {'S', 'T', 'A', 'B'} — the matrix
 S_k (= M_k = U_k V_kᵀ when untied), its transpose, A_k = U_k U_kᵀ, B_k = V_k V_kᵀ. For a
