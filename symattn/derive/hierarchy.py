@@ -172,9 +172,13 @@ def letter_flows(spec: Spec, coef_index) -> dict:
 
 def apply_flows(words, alphabet, flows, truncation):
     """Sparse terms of dμ_w/dt = Σ_i μ(w with letter i replaced by its flow), truncated at M."""
+    from ..progress import Progress, notes_enabled
     index = {w: i for i, w in enumerate(words)}
     acc = defaultdict(float)
+    bar = Progress(len(words), "derive", enabled=notes_enabled() and len(words) > 5000, unit="moment")
     for row, w in enumerate(words):
+        if row % 256 == 0:
+            bar.update(row)
         for i, letter in enumerate(w):
             for key, repl, factor in flows.get(letter, ()):
                 new = w[:i] + tuple(repl) + w[i + 1:]
@@ -182,6 +186,7 @@ def apply_flows(words, alphabet, flows, truncation):
                     continue                      # zero truncation
                 col = index[alphabet.canonical(new)]
                 acc[(row, col, 0, key)] += factor
+    bar.close()
     return acc
 
 

@@ -78,6 +78,12 @@ def _blas_limits(n: int | None):
     return threadpool_limits(limits=n, user_api="blas"), ", ".join(libs) or "no BLAS library found"
 
 
+def _blas_name() -> str:
+    from threadpoolctl import threadpool_info
+    return ", ".join(sorted({str(i.get("internal_api")) for i in threadpool_info() if i.get("user_api") == "blas"})) \
+        or "unknown"
+
+
 def _physical_memory() -> int | None:
     try:
         return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
@@ -282,8 +288,10 @@ def simulate(spec, dim, seeds=1, time=1.0, points=21, *, seed0=0, workers=None, 
                          f"{n_total + 1} distinct times; use fewer points or a longer time")
     steps = np.rint(np.linspace(0, n_total, points)).astype(np.int64)
     if progress:
+        where = f"{backend} {dtype} on {device}" if backend != "numpy" else f"numpy {dtype}, BLAS {_blas_name()}"
         note(f"simulate {spec.name}: d = {dim}, {seeds} seed(s) × {n_total} steps, "
-             f"~{est['flop_per_step'] * n_total * seeds / 1e9:.3g} GFLOP, ~{est['bytes'] / 2**20:.0f} MiB per seed")
+             f"~{est['flop_per_step'] * n_total * seeds / 1e9:.3g} GFLOP, ~{est['bytes'] / 2**20:.0f} MiB per seed; "
+             f"{where}")
 
     pot = names = None
     if potential:
