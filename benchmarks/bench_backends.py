@@ -17,9 +17,9 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from symattn import load_spec
-from symattn.simulate.init import draw_initial
-from symattn.simulate.run import estimate
-from symattn.simulate.sgd import Model
+from symattn.simulation.init import draw_initial
+from symattn.simulation.run import estimate
+from symattn.simulation.sgd import Model
 
 
 def bench_numpy(spec, d, dtype, steps):
@@ -37,7 +37,7 @@ def bench_numpy(spec, d, dtype, steps):
 def bench_torch(spec, d, dtype, steps, seeds, device):
     import torch
 
-    from symattn.simulate.torch_backend import TorchModel
+    from symattn.simulation.torch_backend import TorchModel
     m = TorchModel(spec, d, seeds, device=device, dtype=dtype)
     m.set_state([draw_initial(spec, d, np.random.default_rng(s)) for s in range(seeds)])
     gen = torch.Generator(device=m.device)

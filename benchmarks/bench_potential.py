@@ -19,7 +19,7 @@ import time
 import numpy as np
 import sympy as sp
 
-from symattn.derive.potential import Potential
+from symattn.derivation.potential import Potential
 from symattn.symbolic.loss import build_loss
 from symattn.symbolic.quadrature import MAX_NODES
 

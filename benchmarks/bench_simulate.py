@@ -1,4 +1,4 @@
-"""Benchmark of the online-SGD step (symattn.simulate.sgd.Model.step) against a per-sample NumPy loop.
+"""Benchmark of the online-SGD step (symattn.simulation.sgd.Model.step) against a per-sample NumPy loop.
 
 Tied L=2 softmax student (κ=1, σ=1) and tied teacher (κ*=0.5), B=512, d=200 and 400, ε=0.01.
 Runs a fixed number of steps (package time 1 needs d²/(εB) steps: 7812 at d=200, 31250 at d=400)
@@ -17,7 +17,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from symattn import load_spec
-from symattn.simulate import Model, draw_initial
+from symattn.simulation import Model, draw_initial
 
 SPEC = {
     "name": "bench_tied_softmax_L2",

@@ -40,8 +40,8 @@ def bench_vs_sgd(case: str, sizes, horizon: float, eps: float, points: int = 11)
     """Markdown lines: N = d, spectral wall time, SGD steps and wall time (1 seed), ratio."""
     import tomllib
 
-    from symattn.derive.potential import Potential
-    from symattn.simulate import simulate
+    from symattn.derivation.potential import Potential
+    from symattn.simulation import simulate
     from symattn.spec import load_spec
 
     raw = tomllib.load(open(H2 if case == "h2" else SOFTMAX, "rb"))

@@ -26,8 +26,8 @@ import numpy as np
 import sympy as sp
 
 from symattn import load_spec, simulate
-from symattn.derive import derive
-from symattn.integrate import integrate
+from symattn.derivation import derive
+from symattn.integration import integrate
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 import symattn
-from symattn.integrate import write_csv
+from symattn.integration import write_csv
 
 
 def spec(activation: str) -> dict:

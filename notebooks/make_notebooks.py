@@ -29,9 +29,9 @@ import numpy as np
 import matplotlib.pyplot as plt
 %matplotlib inline
 import symattn
-from symattn.derive import derive
-from symattn.integrate import integrate
-from symattn.compare import deviations
+from symattn.derivation import derive
+from symattn.integration import integrate
+from symattn.comparison import deviations
 
 ROOT = Path(symattn.__file__).resolve().parents[1]
 EX = ROOT / "examples"
@@ -636,12 +636,12 @@ layer of Θ(d) steps), while the overlaps move on the **slow** time τ = nα/d (
   For h2, `E[h2'(Z)] = √2·m`, so a zero teacher mean (the free-probability limit) gives no signal — the
   dichotomy; linear always learns; h3 has `E[h3'(Z)] = 3(m² + v − 1)/√6`.
 
-The untied theory here is `symattn.derive.untied` (fast phase, slaved means, slow hierarchy; noise terms are
+The untied theory here is `symattn.derivation.untied` (fast phase, slaved means, slow hierarchy; noise terms are
 not implemented for untied, so the theory is the ε → 0 limit). Means at finite d are random, O(1): every seed
 has its own teacher mean, so theory is integrated from the *sampled* initial moments of that seed
 (`init="sample"`) and compared seed by seed."""),
     code("SETUP"),
-    code('''from symattn.derive.untied import fast_phase
+    code('''from symattn.derivation.untied import fast_phase
 D = 30 if QUICK else 100
 SEEDS = [0] if QUICK else [0, 1]
 M = 3 if QUICK else 4   # M = 2 drops every length-3 word the overlap drift needs (it is then exactly 0); odd M

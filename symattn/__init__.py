@@ -1,20 +1,45 @@
 """symattn: exact high-dimensional learning dynamics of attention-indexed models.
 
-Pipeline: spec -> symbolic (Gaussian expectations, word algebra, free probability) -> derive
-(potential, hierarchies) -> codegen -> integrate; simulate; compare; cli.
+Pipeline (folders follow it): spec -> symbolic (Gaussian expectations, word algebra, free
+probability) -> derivation (potential, hierarchies) -> codegen -> integration / spectral;
+simulation beside them; comparison and cli on top.
+
+The public entry points are plain functions with real signatures, documented in
+docs/interface.md; they pickle (process pools, cluster executors). They are imported lazily, on
+first use, so ``import symattn`` does not import SymPy, Numba or matplotlib.
 """
+from __future__ import annotations
+
+import importlib
+
 __version__ = "0.1.0"
 
-from . import compare, derive, integrate, simulate  # callable modules: symattn.derive(spec, truncation=M) …
-from .errors import NumericalFailure
-from .spec import Spec, SpecError, load_spec
+# public name -> (module, attribute)
+_PUBLIC = {
+    "load_spec": ("symattn.spec", "load_spec"),
+    "Spec": ("symattn.spec", "Spec"),
+    "potential": ("symattn.derivation.potential", "potential"),
+    "derive": ("symattn.derivation", "derive"),
+    "integrate": ("symattn.integration", "integrate"),
+    "simulate": ("symattn.simulation.run", "simulate"),
+    "compare": ("symattn.comparison", "compare"),
+    "compare_dims": ("symattn.comparison", "compare_dims"),
+    "SymattnError": ("symattn.errors", "SymattnError"),
+    "SpecError": ("symattn.errors", "SpecError"),
+    "UsageError": ("symattn.errors", "UsageError"),
+    "NumericalFailure": ("symattn.errors", "NumericalFailure"),
+}
+__all__ = sorted(_PUBLIC) + ["__version__"]
 
 
-def potential(spec, tol: float = 1e-8):
-    """Φ(θ) and its gradient for a spec (see ``symattn.derive.potential``)."""
-    from .derive.potential import Potential
-    return Potential(spec, tol=tol)
+def __getattr__(name):
+    if name in _PUBLIC:
+        module, attr = _PUBLIC[name]
+        value = getattr(importlib.import_module(module), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'symattn' has no attribute {name!r}")
 
 
-__all__ = ["Spec", "SpecError", "NumericalFailure", "load_spec", "potential", "derive", "integrate",
-           "simulate", "compare"]
+def __dir__():
+    return __all__

@@ -72,7 +72,7 @@ def _load(args):
 
 def _write_table(table, out):
     """CSV to --out (atomic) or stdout, one number format (10 significant digits)."""
-    from .integrate import csv_text
+    from .integration import csv_text
     text = csv_text(table)
     if out:
         from .files import atomic_write
@@ -85,7 +85,7 @@ def _write_table(table, out):
 
 # ---------------------------------------------------------------------------- commands
 def cmd_potential(args):
-    from .derive.potential import Potential
+    from .derivation.potential import Potential
     from .initial import initial_order_parameters
 
     spec = _load(args)
@@ -121,7 +121,7 @@ def cmd_potential(args):
 
 def cmd_derive(args):
     from .codegen.load import default_path, write_module
-    from .derive import derive
+    from .derivation import derive
     from .files import check_output_file
 
     spec = _load(args)
@@ -151,7 +151,7 @@ def cmd_theory(args):
     spec = _load(args)
     _theory_checks(args, spec)
     if args.fast:
-        from .derive.untied import fast_phase
+        from .derivation.untied import fast_phase
         if "untied" not in spec.parameterizations:
             raise UsageError("--fast: the fast phase exists only for untied students (docs/theory.md §6)")
         result = fast_phase(spec, time=args.time, points=args.points, init=args.init, dim=args.dim, seed=args.seed)
@@ -172,8 +172,8 @@ def cmd_theory(args):
         result = run_spectral_from_args(spec, args)
         _write_table(result.table, args.out)
         return
-    from .derive import derive
-    from .integrate import integrate
+    from .derivation import derive
+    from .integration import integrate
     M = _truncation(args, spec)
     eps = 0.0 if args.noise == "off" else spec.epsilon(args.dim)
     with warnings.catch_warnings(record=True) as caught:
@@ -187,7 +187,7 @@ def cmd_theory(args):
 
 
 def cmd_simulate(args):
-    from .simulate.run import simulate
+    from .simulation.run import simulate
 
     if args.dim is None:
         raise UsageError("--dim: required (the embedding dimension d, a whole number >= 1)")
@@ -211,7 +211,7 @@ def cmd_simulate(args):
     except KeyboardInterrupt:
         if partial and partial.get("table"):
             from .files import atomic_write
-            from .integrate import csv_text
+            from .integration import csv_text
             t = partial["table"]["time"]
             atomic_write(args.out, f"# partial: interrupted; {len(t)} of {args.points} time points, "
                                    f"up to time {t[-1]:.6g}\n" + csv_text(partial["table"], digits=17))
@@ -219,13 +219,13 @@ def cmd_simulate(args):
         raise
     if args.out:
         from .files import atomic_write
-        from .integrate import csv_text
+        from .integration import csv_text
         atomic_write(args.out, csv_text(res.table, digits=17))
         _WRITTEN.append(args.out)
         print(f"wrote {args.out} ({len(res.table['time'])} rows, {len(res.seeds)} seeds, d = {res.dim})",
               file=sys.stderr)
     else:
-        from .integrate import csv_text
+        from .integration import csv_text
         sys.stdout.write(csv_text(res.table, digits=17))
 
 
@@ -245,7 +245,7 @@ def _dims(text):
 def cmd_compare(args):
     import warnings
 
-    from .compare import compare, compare_dims
+    from .comparison import compare, compare_dims
     from .files import check_output_dir
 
     spec = _load(args)
@@ -329,9 +329,24 @@ def _theory_options(q, defaults_points=51):
                    help="moments: truncated hierarchy; spectral: matrix-level flow at size N")
 
 
+def add_spectral_arguments(parser):
+    """Options of ``symattn theory SPEC --method spectral`` (--time, --points, --seed, --out and
+    --method are the theory command's own): --size, --realisations, --spectra, --spectra-full,
+    --spectra-plot, --no-error-estimate."""
+    parser.add_argument("--size", type=int, default=1000, help="spectral: matrix size N")
+    parser.add_argument("--realisations", type=int, default=4,
+                        help="spectral with SGD noise (ε > 0): antithetic noise paths averaged")
+    parser.add_argument("--spectra", default=None, metavar="FILE",
+                        help="spectral: write eigenvalue quantiles per time to FILE (CSV)")
+    parser.add_argument("--spectra-full", action="store_true", help="spectral: all N eigenvalues in --spectra")
+    parser.add_argument("--spectra-plot", default=None, metavar="PNG", help="spectral: eigenvalue-density plot")
+    parser.add_argument("--no-error-estimate", action="store_true",
+                        help="spectral: skip the N/2 run that fills the <col>_err columns")
+    return parser
+
+
 def build_parser():
     from . import __version__
-    from .spectral import add_spectral_arguments
 
     common = _common()
     p = argparse.ArgumentParser(prog="symattn", description=__doc__.splitlines()[0], formatter_class=_Formatter)

@@ -37,7 +37,7 @@ def free_moments(spec, words) -> np.ndarray:
 
 def sample_moments(spec, words, dim: int, seed: int = 0) -> np.ndarray:
     """μ_w(0) measured on the initial matrices of simulation seed ``seed`` at dimension ``dim``."""
-    from .simulate.init import draw_initial
+    from .simulation.init import draw_initial
 
     spec = load_spec(spec)
     factors = draw_initial(spec, dim, np.random.default_rng(seed))

@@ -5,6 +5,9 @@ what is allowed; the command line turns it into exit status 2.
 """
 from __future__ import annotations
 
+import copy
+import hashlib
+import json
 import math
 import re
 import tomllib
@@ -77,9 +80,13 @@ class Index:
 
 @dataclass(frozen=True)
 class Spec:
+    """A validated model specification: immutable, comparable and hashable (``digest``: a stable
+    SHA-256 of its validated content). ``covariance`` is a tuple of rows (``np.asarray`` gives the
+    matrix); ``raw`` is a private deep copy of the input, never the caller's dict."""
+
     name: str
     tokens: int
-    covariance: np.ndarray
+    covariance: tuple
     activation: str
     beta: float
     readout: str
@@ -91,12 +98,20 @@ class Spec:
     learning_rate: float | None
     weight_decay: float
     truncation: int
-    source: str = "<dict>"
+    source: str = field(default="<dict>", compare=False)
     raw: dict = field(default=None, repr=False, compare=False)
 
     @property
     def K(self) -> int:
         return len(self.indices)
+
+    @property
+    def digest(self) -> str:
+        """SHA-256 (hex) of the validated content (not of the file's spelling or path)."""
+        fields = {k: v for k, v in self.__dict__.items() if k not in ("source", "raw")}
+        fields["indices"] = [ix.__dict__ for ix in self.indices]
+        text = json.dumps(fields, sort_keys=True, default=repr)
+        return hashlib.sha256(text.encode()).hexdigest()
 
     @property
     def students(self) -> list:
@@ -390,6 +405,7 @@ def load_spec(source) -> Spec:
     M = _number(src, "theory.truncation", theory.get("truncation", 4), low=2, integer=True)
     if M > MAX_TRUNCATION:
         _fail(src, "theory.truncation", f"at most {MAX_TRUNCATION}, got {M}")
-    return Spec(name=name, tokens=L, covariance=C, activation=activation, beta=beta, readout=readout,
+    return Spec(name=name, tokens=L, covariance=tuple(tuple(float(x) for x in row) for row in C),
+                activation=activation, beta=beta, readout=readout,
                 label_noise=noise, loss=loss, indices=tuple(indices), batch_size=B, noise_ratio=eps,
-                learning_rate=lr, weight_decay=gamma, truncation=M, source=src, raw=raw)
+                learning_rate=lr, weight_decay=gamma, truncation=M, source=src, raw=copy.deepcopy(raw))

@@ -11,7 +11,7 @@ discretisation of the spectra and the O(1/N) fluctuations of the Haar rotations:
   and symmetric by construction, and an atom at 0 of the initial law stays at 0);
 * direct students ``dS_k/dt = −2 Σ_l Γ_kl S_l − γ S_k`` (docs/theory.md §4 with Ω = Ψ);
 * frozen teachers; ``q_kl = Tr(S_k S_l)/N`` on the current matrices and Γ from
-  :class:`symattn.derive.potential.Potential`.
+  :class:`symattn.derivation.potential.Potential`.
 
 Realisation of the initial laws (docs/theory.md §7): the first frozen, non-identity index is diagonal
 with exact quantile eigenvalues ``λ_i = F^{-1}((i − ½)/N)`` of its law; every other index is
@@ -78,7 +78,7 @@ from .spec import Spec, SpecError, load_spec
 __all__ = [
     "SpectralResult", "solve_spectral", "plot_spectra", "initial_realisation", "Mat",
     "free_poisson_quantiles", "free_poisson_moments", "free_poisson_density",
-    "semicircle_quantiles", "haar_orthogonal", "add_spectral_arguments", "run_spectral_from_args",
+    "semicircle_quantiles", "haar_orthogonal", "run_spectral_from_args",
 ]
 
 _BLOWUP = 1e12          # |q| beyond this is a divergence
@@ -454,7 +454,7 @@ class _Noise:
     """Gaussian-equivalent SGD noise of the trainable indices (module docstring, "SGD noise")."""
 
     def __init__(self, flow: _Flow, nu: dict, epsilon: float, rng, sign: float = 1.0):
-        from .derive.noise import nu_name
+        from .derivation.noise import nu_name
 
         self.flow, self.eps, self.rng, self.sign = flow, float(epsilon), rng, float(sign)
         spec = flow.spec
@@ -617,7 +617,7 @@ class SpectralResult:
         return list(self.table)
 
     def to_csv(self, path):
-        from .integrate import write_csv
+        from .integration import write_csv
         write_csv(self.table, path, digits=17)
         return Path(path)
 
@@ -661,7 +661,7 @@ def solve_spectral(spec, time: float = 1.0, points: int = 51, size: int = 1000, 
     ``noise_antithetic`` (R even) the paths come in pairs driven by ±dΞ, which cancels the
     leading O(√dt/N)-per-step fluctuation of the mean (the error is that of the R/2 pair means). The N/2 error
     estimate uses its own R paths, so ``<col>_err`` then also contains the O(1/(N√R)) noise spread."""
-    from .derive.potential import Potential
+    from .derivation.potential import Potential
 
     spec = load_spec(spec)
     _check_supported(spec)
@@ -687,7 +687,7 @@ def solve_spectral(spec, time: float = 1.0, points: int = 51, size: int = 1000, 
             raise SpecError(f"noise_realisations {noise_realisations}: must be >= 1")
         if noise_antithetic and int(noise_realisations) % 2:
             raise SpecError(f"noise_realisations {noise_realisations}: must be even with noise_antithetic")
-        from .derive.noise import nu_expectations
+        from .derivation.noise import nu_expectations
         nu = nu_expectations(P)
         nseed = int(seed if noise_seed is None else noise_seed)
         R = int(noise_realisations)
@@ -778,22 +778,6 @@ def plot_spectra(result: SpectralResult, sim_eigs=None, path="spectra.png", time
 
 
 # ============================================================================ command-line helpers
-def add_spectral_arguments(parser):
-    """Options of ``symattn theory SPEC --method spectral`` (--time, --points, --seed, --out and
-    --method are the theory command's own): --size, --realisations, --spectra, --spectra-full,
-    --spectra-plot, --no-error-estimate."""
-    parser.add_argument("--size", type=int, default=1000, help="spectral: matrix size N")
-    parser.add_argument("--realisations", type=int, default=4,
-                        help="spectral with SGD noise (ε > 0): antithetic noise paths averaged")
-    parser.add_argument("--spectra", default=None, metavar="FILE",
-                        help="spectral: write eigenvalue quantiles per time to FILE (CSV)")
-    parser.add_argument("--spectra-full", action="store_true", help="spectral: all N eigenvalues in --spectra")
-    parser.add_argument("--spectra-plot", default=None, metavar="PNG", help="spectral: eigenvalue-density plot")
-    parser.add_argument("--no-error-estimate", action="store_true",
-                        help="spectral: skip the N/2 run that fills the <col>_err columns")
-    return parser
-
-
 def run_spectral_from_args(spec, args) -> SpectralResult:
     """Run ``solve_spectral`` from parsed ``theory`` arguments; write --spectra and --spectra-plot
     (the table itself is written by the caller, to --out or stdout). Returns the result."""

@@ -19,13 +19,13 @@ import numpy as np
 import pytest
 
 from symattn.cli import main
-from symattn.simulate import simulate
-from symattn.simulate.init import draw_initial
-from symattn.simulate.sgd import Model
+from symattn.simulation import simulate
+from symattn.simulation.init import draw_initial
+from symattn.simulation.sgd import Model
 from symattn.spec import load_spec
 
 torch = pytest.importorskip("torch")
-from symattn.simulate.torch_backend import TorchModel  # noqa: E402
+from symattn.simulation.torch_backend import TorchModel  # noqa: E402
 
 KINDS = [(s, t) for s in ("direct", "tied", "untied") for t in ("tied", "identity", "direct", "untied")]
 

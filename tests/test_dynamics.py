@@ -28,8 +28,8 @@ import numpy as np
 import pytest
 
 from symattn import load_spec
-from symattn.derive import derive
-from symattn.integrate import integrate
+from symattn.derivation import derive
+from symattn.integration import integrate
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -257,7 +257,7 @@ def test_compare_tied_h2_d100(tmp_path):
     Free init: the seed-averaged initial state scatters by O(1/d); tolerance 4·sem + 1.5·c/d.
     Measured: max dev tr 1.9e-3 (sem 9e-4), q_ss 2.8e-3 (sem 1.3e-3), q_st 5.5e-4 (sem 2.8e-4).
     """
-    from symattn.compare import compare
+    from symattn.comparison import compare
     spec = tied_h2_small()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -300,7 +300,7 @@ def test_tied_h2_paired_gap_shrinks_with_d():
 
 def free_check(spec, truncation, sim, dim, constants, label):
     """What `compare` does (free init, noise-corrected theory), on an existing simulation."""
-    from symattn.compare import deviations
+    from symattn.comparison import deviations
     time = float(sim.table["time"][-1])
     res = quiet_integrate(derive(spec, truncation), time=time, points=101, dim=dim)
     assert res.valid_until is None and res.diverged_at is None, (label, res.valid_until, res.diverged_at)

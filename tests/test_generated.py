@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from symattn.codegen.load import import_module
-from symattn.derive import derive
+from symattn.derivation import derive
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = {tomllib.loads(p.read_text())["name"]: p for p in (ROOT / "examples").glob("*.toml")}

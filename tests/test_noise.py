@@ -23,9 +23,9 @@ import numpy as np
 import pytest
 
 from symattn import load_spec
-from symattn.derive import derive
-from symattn.integrate import integrate
-from symattn.simulate import Model, draw_initial, simulate
+from symattn.derivation import derive
+from symattn.integration import integrate
+from symattn.simulation import Model, draw_initial, simulate
 
 COLS = ("tr_student", "q_student_student", "q_student_teacher")
 
@@ -359,7 +359,7 @@ def test_tied_softmax_L2_sgd_slow(eps):
 
 # ---------------------------------------------------------------------------- 3. compare --dims
 def test_extrapolate_linear_in_inverse_d():
-    from symattn.compare import extrapolate
+    from symattn.comparison import extrapolate
     t = np.linspace(0, 1, 5)
     tabs = {}
     for d in (50, 100, 200):

@@ -34,8 +34,8 @@ import numpy as np
 import pytest
 
 from symattn import load_spec
-from symattn.derive import derive
-from symattn.simulate import Model, draw_initial
+from symattn.derivation import derive
+from symattn.simulation import Model, draw_initial
 from symattn.symbolic import freeprob
 
 S_, T_, A_, B_ = "S", "T", "A", "B"

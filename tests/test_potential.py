@@ -26,7 +26,7 @@ import pytest
 import sympy as sp
 
 import symattn
-from symattn.derive.potential import Potential
+from symattn.derivation.potential import Potential
 from symattn.symbolic.loss import build_loss
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from symattn import load_spec
-from symattn.derive.potential import Potential
+from symattn.derivation.potential import Potential
 from symattn.errors import NumericalFailure
-from symattn.simulate import Model, dense, draw_initial, order_parameters, simulate
+from symattn.simulation import Model, dense, draw_initial, order_parameters, simulate
 
 
 def make_spec(student="tied", teacher="tied", L=1, act="h2", B=64, eps=0.001, gamma=0.0, **extra):

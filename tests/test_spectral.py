@@ -99,7 +99,7 @@ def _mp_exact_trace(t, kappa=0.5, sigma2=1.0, c=1.0):
 def test_riccati_gamma_and_eigenvalue_law():
     """Γ_11 = 1, Γ_12 = −1 for ½(G_1 − G_2)², so dS/dτ = −4(2S² − 2S) = 8S(I − S): λ' = 8λ(1 − λ),
     solved by λ(τ) = λ_0/(λ_0 + (1 − λ_0)e^{−8τ}); each sorted eigenvalue follows it exactly."""
-    from symattn.derive.potential import Potential
+    from symattn.derivation.potential import Potential
 
     P = Potential(RICCATI)
     G = P.gradients({n: 0.37 for n in P.names}).gamma
@@ -251,7 +251,7 @@ def test_blowup_raises_numerical_failure_with_time():
 
 
 def test_nan_gradient_raises_numerical_failure(monkeypatch):
-    from symattn.derive.potential import Gradients, Potential
+    from symattn.derivation.potential import Gradients, Potential
 
     P = Potential(H2)
     calls = {"n": 0}

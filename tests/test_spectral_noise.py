@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 
 from symattn import load_spec
-from symattn.derive import derive
-from symattn.derive.noise import nu_expectations
-from symattn.integrate import integrate
+from symattn.derivation import derive
+from symattn.derivation.noise import nu_expectations
+from symattn.integration import integrate
 from symattn.spectral import _Flow, _Noise, initial_realisation, solve_spectral
 
 COLS = {"tr_student": ((0, "S"),), "q_student_student": ((0, "S"), (0, "S")),

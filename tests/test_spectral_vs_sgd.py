@@ -32,10 +32,10 @@ import numpy as np
 import pytest
 from scipy.stats import ks_2samp
 
-from symattn.derive.hierarchy import derive_symmetric
-from symattn.derive.potential import Potential
-from symattn.integrate import integrate
-from symattn.simulate import simulate
+from symattn.derivation.hierarchy import derive_symmetric
+from symattn.derivation.potential import Potential
+from symattn.integration import integrate
+from symattn.simulation import simulate
 from symattn.spec import load_spec
 from symattn.spectral import plot_spectra, solve_spectral
 

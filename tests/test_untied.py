@@ -6,10 +6,10 @@ import warnings
 import numpy as np
 import pytest
 
-from symattn.derive import derive
-from symattn.derive.potential import Potential
-from symattn.derive.untied import fast_phase, untied_letter_flows
-from symattn.integrate import integrate
+from symattn.derivation import derive
+from symattn.derivation.potential import Potential
+from symattn.derivation.untied import fast_phase, untied_letter_flows
+from symattn.integration import integrate
 from symattn.spec import load_spec
 from symattn.symbolic.loss import build_loss
 
@@ -81,7 +81,7 @@ def mc_population_gradient(spec, facs, samples, rng, chunk=10000):
 
 def predicted_drifts(spec, facs, P, beta_tilde, gamma, swap=False):
     """Letter drifts of the trainable index from the flows the system uses (actual matrices)."""
-    from symattn.derive.untied import untied_coef_names
+    from symattn.derivation.untied import untied_coef_names
     K = spec.K
     names = untied_coef_names(K)
     cidx = {n: i for i, n in enumerate(names)}
@@ -314,7 +314,7 @@ SIM_COLS = ("q1_student_student", "q2_student_student", "q1_student_teacher", "q
 
 def _sim_vs_theory(dims, seeds, time=0.05, points=3):
     try:
-        import symattn.simulate as S
+        import symattn.simulation as S
     except ImportError:  # pragma: no cover
         pytest.skip("symattn.simulate unavailable")
     spec = untied_spec(**SIM_SPEC)

@@ -47,8 +47,3 @@ def derive(spec, truncation: int | None = None, tol: float = 1e-8):
         from .untied import derive_untied
         return derive_untied(spec, truncation, potential=P)
     return derive_symmetric(spec, truncation, potential=P)
-
-
-from .._callable import make_callable  # noqa: E402
-
-make_callable(__name__)   # symattn.derive(...) calls derive()

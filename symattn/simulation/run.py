@@ -295,7 +295,7 @@ def simulate(spec, dim, seeds=1, time=1.0, points=21, *, seed0=0, workers=None, 
 
     pot = names = None
     if potential:
-        from ..derive.potential import Potential
+        from ..derivation.potential import Potential
         pot = Potential(spec)
         names = pot.names
         # calibrate the quadrature once, at seed0's initial order parameters, so that every seed

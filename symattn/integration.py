@@ -149,8 +149,3 @@ def integrate(system, time: float = 1.0, points: int = 51, init="free", dim: int
             warnings.warn(f"truncations M={system.truncation} and M={lower} disagree by more than "
                           f"{gap_tol:g} from time {res.valid_until:.4g} on", RuntimeWarning, stacklevel=2)
     return res
-
-
-from ._callable import make_callable  # noqa: E402
-
-make_callable(__name__)   # symattn.integrate(...) calls integrate()

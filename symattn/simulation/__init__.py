@@ -1,7 +1,7 @@
 """Online SGD at finite d (docs/theory.md §1, §3): ``simulate(spec, dim, seeds, time, points)``.
 
 Modules: ``init`` (initial matrices, §3/§7), ``sgd`` (one batched SGD step), ``measure`` (order
-parameters, test loss), ``run`` (seeds in parallel, table/CSV), ``cli`` (``simulate`` command).
+parameters, test loss), ``run`` (seeds in parallel, table/CSV), ``torch_backend`` (all seeds batched on PyTorch).
 """
 from .init import dense, draw_initial
 from .measure import column_names, order_parameters
@@ -10,8 +10,3 @@ from .sgd import Model
 
 __all__ = ["simulate", "SimulationResult", "draw_initial", "dense", "Model", "order_parameters",
            "column_names", "run_seed"]
-
-
-from .._callable import make_callable  # noqa: E402
-
-make_callable(__name__)   # symattn.simulate(spec, dim=...) calls simulate()

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from .files import atomic_write, check_output_dir, make_output_dir
-from .integrate import write_csv
+from .integration import write_csv
 
 PLOT_PREFIXES = ("q_", "p_", "tr_", "m_", "q1_", "q2_", "loss")
 
@@ -107,8 +107,8 @@ def plot(theory: dict, sim: dict, path, title="", extra: dict | None = None, sim
 def theory_for(spec, time, points, truncation, init, dim, noise, method, size):
     """(theory table, info, extra curves) of ``compare``: the moment hierarchy (with the curve without
     SGD noise as an extra) or the spectral solver, at the spec's ε (its d-free value when dim is None)."""
-    from .derive import derive
-    from .integrate import integrate
+    from .derivation import derive
+    from .integration import integrate
 
     eps = spec.epsilon(dim) if noise else 0.0
     if method == "spectral":
@@ -129,7 +129,7 @@ def compare(spec, dim: int, seeds: int = 4, time: float = 1.0, points: int = 21,
             init="free", noise: bool = True, method: str = "moments", size: int = 1000, workers=None,
             progress=True) -> dict:
     """Run theory and simulation on one time grid; write the CSVs, figure and summary to ``out``."""
-    from . import simulate as _simulate
+    from .simulation.run import simulate as _simulate
     from .spec import load_spec
 
     spec = load_spec(spec)
@@ -207,7 +207,7 @@ def compare_dims(spec, dims, seeds: int = 4, time: float = 1.0, points: int = 21
     summary["extrapolated"] holds, per column, the deviation of the theory from the extrapolation
     (max over time of |theory − extrapolation| and of that in units of the extrapolation's error).
     """
-    from . import simulate as _simulate
+    from .simulation.run import simulate as _simulate
     from .spec import SpecError, load_spec
 
     spec = load_spec(spec)
@@ -251,8 +251,3 @@ def compare_dims(spec, dims, seeds: int = 4, time: float = 1.0, points: int = 21
     summary["theory_table"], summary["extrapolated_table"] = theory_table, ext
     summary["simulation_tables"] = sims
     return summary
-
-
-from ._callable import make_callable  # noqa: E402
-
-make_callable(__name__)   # symattn.compare(...) calls compare()

@@ -1,6 +1,6 @@
 """Online SGD on PyTorch: every seed in one leading array axis, on a CPU or a GPU (docs/theory.md §3).
 
-The same step as :mod:`symattn.simulate.sgd`, written for a batch of S seeds at once: the packed
+The same step as :mod:`symattn.simulation.sgd`, written for a batch of S seeds at once: the packed
 factors F have shape (S, d, n), a batch of tokens X shape (S, B, L, d), and each product is one
 batched matrix multiplication serving every seed. The per-sample ∂𝓛/∂G is the theory's SymPy
 expression lambdified for torch (``Loss.compile_gradient(backend="torch")``), never written by hand:
