@@ -106,6 +106,19 @@ class Spec:
         return len(self.indices)
 
     @property
+    def structure(self) -> dict:
+        """What the limit equations' right-hand side depends on — the model's structure: tokens,
+        covariance, activation (β), readout, label noise, custom loss, and per index its name,
+        role and parameterization. Not the spec's name, the initial laws (width, init_scale), the
+        training parameters (ε, B, α, γ: run-time arguments of a generated module) or the
+        truncation. The generated module's identity is this structure (docs/interface.md)."""
+        return {"tokens": self.tokens, "token_covariance": [list(r) for r in self.covariance],
+                "activation": self.activation, "beta": self.beta if self.activation == "softmax" else None,
+                "readout": self.readout, "label_noise": self.label_noise, "loss": self.loss,
+                "indices": [{"name": ix.name, "role": ix.role, "parameterization": ix.parameterization}
+                            for ix in self.indices]}
+
+    @property
     def digest(self) -> str:
         """SHA-256 (hex) of the validated content (not of the file's spelling or path)."""
         fields = {k: v for k, v in self.__dict__.items() if k not in ("source", "raw")}

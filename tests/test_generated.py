@@ -49,3 +49,29 @@ def test_rederive_is_byte_identical_and_matches_reference(path):
             # same quadrature rules in both (ν is refreshed lazily in the module, only when θ moved by 1%)
             tol = 1e-9
             assert np.allclose(got, ref, rtol=tol, atol=tol * (1 + np.abs(ref).max()))
+
+
+def test_module_identity_is_the_model_structure(tmp_path, monkeypatch):
+    """ε, B, γ, the spec's name and its initial laws are run-time data: a spec differing only in
+    them derives the same module source, and a second `theory` run adds no module to the cache."""
+    import tomllib
+
+    from symattn.cli import main
+    from symattn.spec import load_spec
+    raw = tomllib.loads(EXAMPLES["tied_linear_L1"].read_text())
+    other = {**raw, "name": "renamed", "training": {"batch_size": 7, "noise_ratio": 0.123, "weight_decay": 0.5}}
+    a, b = derive(load_spec(raw), 4), derive(load_spec(other), 4)
+    assert a.source() == b.source()
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("SYMATTN_CACHE", str(cache))
+    first, second = tmp_path / "a.toml", tmp_path / "b.toml"
+    text = EXAMPLES["tied_h2_L1"].read_text()
+    first.write_text(text)
+    import re
+    second.write_text(re.sub(r"noise_ratio = [0-9.e-]+", "noise_ratio = 0.0371", text))
+    assert "0.0371" in second.read_text()
+    assert main(["theory", str(first), "--time", "0.001", "--points", "2", "--quiet", "--out", str(tmp_path / "1.csv")]) == 0
+    before = sorted(p.name for p in cache.rglob("m_*.py"))
+    assert main(["theory", str(second), "--time", "0.001", "--points", "2", "--quiet", "--out", str(tmp_path / "2.csv")]) == 0
+    assert sorted(p.name for p in cache.rglob("m_*.py")) == before and before
+    assert (tmp_path / "1.csv").read_text() != (tmp_path / "2.csv").read_text()   # ε did change the answer

@@ -61,7 +61,7 @@ class MomentSystem:
         return ["1"] + [word_name(w, self.spec.names) for w in self.words[1:]]
 
     def spec_text(self) -> str:
-        return json.dumps(self.spec.raw, indent=1, sort_keys=True, default=str)
+        return json.dumps(self.spec.structure, indent=1, sort_keys=True, default=str)
 
     def params(self, epsilon: float = 0.0) -> np.ndarray:
         """Run-time parameters of the RHS: [weight decay γ, noise ratio ε]."""

@@ -165,7 +165,7 @@ class UntiedSystem:
         return out + [f"m_{self.spec.names[k]}" for k in self.mean_indices]
 
     def spec_text(self) -> str:
-        return json.dumps(self.spec.raw, indent=1, sort_keys=True, default=str)
+        return json.dumps(self.spec.structure, indent=1, sort_keys=True, default=str)
 
     def params(self, epsilon: float = 0.0) -> np.ndarray:
         return np.array([self.spec.weight_decay, epsilon])
