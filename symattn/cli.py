@@ -67,7 +67,7 @@ def _at(pairs):
 
 def _load(args):
     from .spec import load_spec
-    return load_spec(args.spec)
+    return load_spec(args.spec, settings=args.set)
 
 
 def _write_table(table, out):
@@ -309,6 +309,9 @@ def _common():
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument("--quiet", action="store_true", help="no progress or notes on stderr")
     p.add_argument("--debug", action="store_true", help="show the Python traceback of a failure")
+    p.add_argument("--set", action="append", default=None, metavar="KEY=VALUE",
+                   help="override a spec key by dotted path (training.noise_ratio=0.005, "
+                        "indices.student.init_scale=0.6); repeatable, validated like the spec")
     return p
 
 

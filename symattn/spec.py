@@ -335,10 +335,63 @@ def _index(src, n, raw, seen):
     return Index(name=name, role=role, parameterization=par, width=width, init_scale=init, scale=scale)
 
 
-def load_spec(source) -> Spec:
-    """Read and validate a spec from a TOML path, a TOML string path-like, a dict or a Spec."""
+def parse_setting(item: str) -> tuple:
+    """``KEY=VALUE`` of ``--set``: the value read as a TOML value (number, string, array, …), a
+    bare word as a string. Returns (key, value); SpecError when there is no ``=``."""
+    if "=" not in str(item):
+        raise SpecError(f"--set {item}: expected KEY=VALUE, e.g. training.noise_ratio=0.005")
+    key, text = (x.strip() for x in str(item).split("=", 1))
+    try:
+        value = tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = text
+    return key, value
+
+
+def apply_settings(raw: dict, settings, src: str = "<dict>") -> dict:
+    """A deep copy of the raw spec with ``settings`` ({dotted key: value} or KEY=VALUE strings)
+    applied. Keys address the spec by dotted path (``training.noise_ratio``, ``model.beta``,
+    ``theory.truncation``, ``name``), indices by name (``indices.student.init_scale``); an
+    unknown path is refused naming it. The result is validated like any spec."""
+    raw = copy.deepcopy(raw)
+    items = settings.items() if isinstance(settings, dict) else [parse_setting(x) for x in settings]
+    tables = {"model": _MODEL_KEYS, "training": _TRAINING_KEYS, "theory": _THEORY_KEYS}
+    for key, value in items:
+        parts = str(key).split(".")
+        if parts[0] == "name" and len(parts) == 1:
+            raw["name"] = value
+        elif parts[0] in tables and len(parts) == 2:
+            if parts[1] not in tables[parts[0]]:
+                raise SpecError(f"{src}: --set {key}: unknown key; allowed: "
+                                f"{', '.join(parts[0] + '.' + k for k in sorted(tables[parts[0]]))}")
+            raw.setdefault(parts[0], {})
+            if not isinstance(raw[parts[0]], dict):
+                raise SpecError(f"{src}: --set {key}: {parts[0]} is not a table in this spec")
+            raw[parts[0]][parts[1]] = value
+        elif parts[0] == "indices" and len(parts) == 3:
+            found = [ix for ix in raw.get("indices", []) if isinstance(ix, dict) and ix.get("name") == parts[1]]
+            if not found:
+                names = [ix.get("name") for ix in raw.get("indices", []) if isinstance(ix, dict)]
+                raise SpecError(f"{src}: --set {key}: no index named {parts[1]!r}; indices: {', '.join(map(str, names))}")
+            if parts[2] not in _INDEX_KEYS or parts[2] == "name":
+                raise SpecError(f"{src}: --set {key}: unknown index key; allowed: "
+                                f"{', '.join(sorted(_INDEX_KEYS - {'name'}))}")
+            found[0][parts[2]] = value
+        else:
+            raise SpecError(f"{src}: --set {key}: unknown key; use name, model.KEY, training.KEY, theory.KEY "
+                            f"or indices.NAME.KEY")
+    return raw
+
+
+def load_spec(source, settings=None) -> Spec:
+    """Read and validate a spec from a TOML path (or a shipped example's name), a dict or a Spec.
+
+    ``settings``: overrides applied before validation, {dotted key: value} or ``KEY=VALUE``
+    strings (see :func:`apply_settings`)."""
     if isinstance(source, Spec):
-        return source
+        if not settings:
+            return source
+        return load_spec(source.raw, settings)
     if isinstance(source, dict):
         raw, src = source, "<dict>"
     else:
@@ -362,6 +415,8 @@ def load_spec(source) -> Spec:
         except tomllib.TOMLDecodeError as exc:
             raise SpecError(f"{src}: malformed TOML ({exc})") from None
     raw = _table(src, "", raw, _TOP_KEYS)
+    if settings:
+        raw = apply_settings(raw, settings, src)
     name = raw.get("name")
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_\-]+", name or ""):
         _fail(src, "name", f"expected a file-name-safe string ([A-Za-z0-9_-]+), got {name!r}")

@@ -235,6 +235,12 @@ BAD_OPTIONS = {
     "compare_dims_text": ["compare", SMALL, "--dims", "a,b"],
     "compare_neither_dim": ["compare", SMALL],
     "compare_seeds_zero": ["compare", SMALL, "--dim", "20", "--seeds", "0"],
+    "set_unknown_path": ["theory", SMALL, "--set", "training.speed=1"],
+    "set_unknown_index": ["simulate", SMALL, "--dim", "20", "--set", "indices.nobody.width=1"],
+    "set_unknown_top": ["potential", SMALL, "--set", "optimizer.lr=1"],
+    "set_invalid_value": ["derive", SMALL, "--set", "training.noise_ratio=-1"],
+    "set_without_equals": ["compare", SMALL, "--dim", "20", "--set", "training.noise_ratio"],
+    "set_code_in_activation": ["potential", SMALL, "--set", "model.activation='__import__(\"os\")'"],
     "unknown_command": ["fly", SMALL],
     "unknown_option": ["theory", SMALL, "--colour", "red"],
     "missing_spec_argument": ["theory"],
@@ -254,6 +260,24 @@ def test_bad_options_are_refused_in_one_line(case, tmp_path, workdir, capsys):
         _assert_one_line(code, err, 2)
     assert (tmp_path / "existing.txt").read_text() == "keep me\n"
     assert _files(workdir) == set()
+
+
+def test_set_overrides_work_on_every_command(tmp_path, workdir, capsys):
+    """--set KEY=VALUE addresses the spec by dotted path and indices by name, on every command."""
+    import json
+    code, out, _ = _run(["potential", SMALL, "--json", "--set", "indices.student.init_scale=0.7"], capsys)
+    assert code == 0 and json.loads(out)["at"]["q_student_student"] == pytest.approx(0.7**4 * 2, rel=1e-12)
+    code, out, _ = _run(["derive", SMALL, "--set", "theory.truncation=4", "--out", tmp_path / "m.py"], capsys)
+    assert code == 0 and "16 moments" in out
+    for cmd in ("theory", "simulate", "compare"):
+        argv = [a.format(spec=SMALL, tmp=tmp_path) for a in COMMANDS[cmd]]
+        code, _, err = _run(argv + ["--set", "training.noise_ratio=0.01", "--set", "model.label_noise=0.1",
+                                    "--quiet"], capsys)
+        assert code == 0, (cmd, err)
+    from symattn.spec import load_spec
+    spec = load_spec(SMALL, settings=["training.noise_ratio=0.01", "indices.teacher.width=0.25"])
+    assert spec.noise_ratio == 0.01 and spec.indices[1].width == 0.25
+    assert load_spec(SMALL).noise_ratio == 0.005                      # the shipped file is untouched
 
 
 def test_time_shorter_than_one_step_is_refused(tmp_path, workdir, capsys):
