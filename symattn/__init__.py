@@ -24,6 +24,8 @@ _PUBLIC = {
     "simulate": ("symattn.simulation.run", "simulate"),
     "compare": ("symattn.comparison", "compare"),
     "compare_dims": ("symattn.comparison", "compare_dims"),
+    "sweep": ("symattn.sweep", "sweep"),
+    "collect": ("symattn.sweep", "collect"),
     "SymattnError": ("symattn.errors", "SymattnError"),
     "SpecError": ("symattn.errors", "SpecError"),
     "UsageError": ("symattn.errors", "UsageError"),

@@ -180,7 +180,7 @@ def cmd_theory(args):
         warnings.simplefilter("always")
         system = derive(spec, M)
         result = integrate(system, time=args.time, points=args.points, init=args.init, dim=args.dim,
-                           seed=args.seed, epsilon=eps)
+                           seed=args.seed, epsilon=eps, log_time=args.log_time)
     for w in caught:
         print(f"symattn: warning: {w.message}", file=sys.stderr)
     _write_table(result.table, args.out)
@@ -207,26 +207,26 @@ def cmd_simulate(args):
     try:
         res = simulate(spec, dim=args.dim, seeds=args.seeds, time=args.time, points=args.points,
                        seed0=args.seed0, workers=args.workers, progress=not args.quiet, partial=partial,
-                       backend=args.backend, device=args.device, dtype=args.dtype)
+                       backend=args.backend, device=args.device, dtype=args.dtype, log_time=args.log_time)
     except KeyboardInterrupt:
         if partial and partial.get("table"):
             from .files import atomic_write
             from .integration import csv_text
             t = partial["table"]["time"]
             atomic_write(args.out, f"# partial: interrupted; {len(t)} of {args.points} time points, "
-                                   f"up to time {t[-1]:.6g}\n" + csv_text(partial["table"], digits=17))
+                                   f"up to time {t[-1]:.6g}\n" + csv_text(partial["table"], digits=None))
             _WRITTEN.append(f"{args.out} (partial, marked as such in its first line)")
         raise
     if args.out:
         from .files import atomic_write
         from .integration import csv_text
-        atomic_write(args.out, csv_text(res.table, digits=17))
+        atomic_write(args.out, csv_text(res.table, digits=None))
         _WRITTEN.append(args.out)
         print(f"wrote {args.out} ({len(res.table['time'])} rows, {len(res.seeds)} seeds, d = {res.dim})",
               file=sys.stderr)
     else:
         from .integration import csv_text
-        sys.stdout.write(csv_text(res.table, digits=17))
+        sys.stdout.write(csv_text(res.table, digits=None))
 
 
 def _dims(text):
@@ -294,6 +294,26 @@ def cmd_compare(args):
     print(f"wrote {args.out}/theory.csv, {files}, extrapolated.csv, comparison.png, summary.json")
 
 
+def cmd_sweep(args):
+    from .files import check_output_dir
+    from .sweep import sweep
+    if args.set:
+        raise UsageError("--set: put the settings of a sweep in its grid file ([grid] lists)")
+    _whole("--jobs", args.jobs, 1)
+    check_output_dir(args.out, "--out")
+    res = sweep(args.grid, args.out, executor=args.executor, jobs=args.jobs, progress=not args.quiet)
+    print(f"sweep: {res['tasks']} tasks, {res['ran']} run, {res['skipped']} already done; results in {res['out']}")
+
+
+def cmd_collect(args):
+    from .files import check_output_file
+    from .sweep import collect
+    check_output_file(args.out, "--out")
+    table = collect(args.folder, args.out, per_seed=args.per_seed)
+    _WRITTEN.append(args.out)
+    print(f"wrote {args.out} ({len(next(iter(table.values())))} rows)")
+
+
 def cmd_examples(args):
     from .examples import example_names, example_path
     for name in example_names():
@@ -320,9 +340,12 @@ def _spec_arg(q):
                                 "(symattn examples lists them)")
 
 
-def _theory_options(q, defaults_points=51):
+def _theory_options(q, defaults_points=51, log_time=True):
     q.add_argument("--time", type=float, default=1.0, help="final package time nα/d")
     q.add_argument("--points", type=int, default=defaults_points, help="output times on [0, T] (>= 2)")
+    if log_time:
+        q.add_argument("--log-time", action="store_true",
+                       help="0 and points − 1 log-spaced times from T/1000 to T (dynamics spanning decades)")
     q.add_argument("--truncation", type=int, default=None, help="word length M (default: the spec's theory.truncation)")
     q.add_argument("--init", choices=["free", "sample"], default="free",
                    help="initial state: free-probability limit, or the moments of simulate's matrices at --dim")
@@ -393,6 +416,8 @@ def build_parser():
     q.add_argument("--seed0", type=int, default=0, metavar="S0", help="first seed")
     q.add_argument("--time", type=float, default=1.0, metavar="T", help="final package time nα/d")
     q.add_argument("--points", type=int, default=21, metavar="N", help="measurement times on [0, T] (>= 2)")
+    q.add_argument("--log-time", action="store_true",
+                   help="0 and N − 1 log-spaced times from max(one step, T/1000) to T")
     q.add_argument("--out", default=None, metavar="CSV", help="output file (default: stdout)")
     q.add_argument("--workers", type=int, default=None, metavar="W", help="parallel processes (default min(S, cores))")
     q.add_argument("--backend", choices=["numpy", "torch", "jax"], default="numpy",
@@ -410,10 +435,24 @@ def build_parser():
     q.add_argument("--dims", metavar="D1,D2[,D3]", default=None,
                    help="several d: simulate at each and extrapolate linearly in 1/d (exclusive with --dim)")
     q.add_argument("--seeds", type=int, default=4, help="seeds per dimension")
-    _theory_options(q, defaults_points=21)
+    _theory_options(q, defaults_points=21, log_time=False)
     q.add_argument("--size", type=int, default=1000, help="spectral: matrix size N")
     q.add_argument("--out", default="compare_out", help="output folder")
     q.set_defaults(func=cmd_compare)
+
+    q = command("sweep", "run a grid of simulations or theories (local process pool or a SLURM job array)")
+    q.add_argument("grid", help="grid file (TOML): spec, command, time, points, [grid], [executor]")
+    q.add_argument("--out", required=True, help="output folder (one CSV + JSON per task; rerunning skips done tasks)")
+    q.add_argument("--executor", choices=["local", "slurm"], default=None,
+                   help="local process pool or submitit job array (default: the grid's executor.name, else local)")
+    q.add_argument("--jobs", type=int, default=None, help="parallel tasks (local: processes; slurm: array parallelism)")
+    q.set_defaults(func=cmd_sweep)
+
+    q = command("collect", "merge a sweep's tasks into one table: mean and SEM over seeds per grid point")
+    q.add_argument("folder", help="the sweep's output folder")
+    q.add_argument("--out", required=True, help="table file: .csv, or .nc (netCDF, needs xarray)")
+    q.add_argument("--per-seed", action="store_true", help="one row per task and time instead of seed means")
+    q.set_defaults(func=cmd_collect)
 
     q = command("examples", "list the example specs shipped with the package")
     q.set_defaults(func=cmd_examples)

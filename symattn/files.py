@@ -22,7 +22,8 @@ def atomic_target(path, mode: int | None = None):
 
     ``mode``: permission bits of the final file (default: those of a new file under the umask)."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp" + path.suffix, dir=path.parent or ".")
+    # hidden, and not ending in the destination's suffix: no reader globbing "*.csv" ever sees it
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
     os.close(fd)
     try:
         yield Path(tmp)

@@ -43,14 +43,15 @@ class TheoryResult:
                 "truncation_valid_until": self.valid_until, "truncation_gap_tol": self.gap_tol, **self.info}
 
 
-def csv_text(table: dict, digits: int = 10) -> str:
-    """The CSV text of a table (header of column names, one row per time, ``digits`` significant digits)."""
+def csv_text(table: dict, digits: int | None = 10) -> str:
+    """The CSV text of a table (header of column names, one row per time), numbers with ``digits``
+    significant digits, or with ``digits=None`` the shortest text that reads back exactly."""
     cols = list(table)
     n = len(table[cols[0]]) if cols else 0
-    fmt = f"{{:.{int(digits)}g}}"
+    fmt = repr if digits is None else f"{{:.{int(digits)}g}}".format
     lines = [",".join(cols)]
     for i in range(n):
-        lines.append(",".join(fmt.format(float(table[c][i])) for c in cols))
+        lines.append(",".join(fmt(float(table[c][i])) for c in cols))
     return "\n".join(lines) + "\n"
 
 
@@ -68,7 +69,16 @@ def read_csv(path) -> dict:
     return {c: data[:, i] for i, c in enumerate(cols)}
 
 
-def solve(system, y0, time: float, points: int, epsilon: float = 0.0, rtol=None, atol=None):
+def time_grid(time: float, points: int, log_time: bool = False, first: float | None = None) -> np.ndarray:
+    """Output times on [0, time]: equally spaced, or with ``log_time`` 0 followed by points − 1
+    log-spaced times from ``first`` (default time·10⁻³) to ``time`` (dynamics spanning decades)."""
+    if not log_time:
+        return np.linspace(0.0, time, points)
+    first = time * 1e-3 if first is None else first
+    return np.concatenate([[0.0], np.geomspace(first, time, points - 1)])
+
+
+def solve(system, y0, time: float, points: int, epsilon: float = 0.0, rtol=None, atol=None, log_time=False):
     """(t_eval, Y[points', n], diverged_at) integrating system.module().rhs from y0.
 
     Tolerances default to rtol 1e-9 for closed-form coefficients and 1e-7 when Φ needs
@@ -79,7 +89,7 @@ def solve(system, y0, time: float, points: int, epsilon: float = 0.0, rtol=None,
     atol = atol or (1e-9 if quad else 1e-12)
     mod = system.module()
     params = system.params(epsilon)
-    t_eval = np.linspace(0.0, time, points)
+    t_eval = time_grid(time, points, log_time)
 
     def blowup(t, y, p):
         return BLOWUP - np.max(np.abs(y)) if np.all(np.isfinite(y)) else -1.0
@@ -111,19 +121,21 @@ def solve(system, y0, time: float, points: int, epsilon: float = 0.0, rtol=None,
 
 
 def integrate(system, time: float = 1.0, points: int = 51, init="free", dim: int | None = None, seed: int = 0,
-              epsilon: float | None = None, check_truncation: bool = True, gap_tol: float = 1e-3) -> TheoryResult:
+              epsilon: float | None = None, check_truncation: bool = True, gap_tol: float = 1e-3,
+              log_time: bool = False) -> TheoryResult:
     """Integrate the limit equations of ``system`` on package time [0, time].
 
     init: "free" (free probability), "sample" (moments of simulate's seed-``seed`` matrices at
     ``dim``) or an explicit initial state vector. epsilon: SGD-noise ratio (default the spec's; 0
     for the paper's limit). With check_truncation, the M−2 system is integrated too and the first
-    time where observables differ by more than gap_tol·(1 + |value|) is reported.
+    time where observables differ by more than gap_tol·(1 + |value|) is reported. ``log_time``:
+    log-spaced output times (``time_grid``).
     """
     spec = system.spec
     if epsilon is None:
         epsilon = spec.epsilon(dim) if getattr(system, "supports_noise", False) else 0.0
     y0 = system.initial(init, dim=dim, seed=seed)
-    t, Y, diverged = solve(system, y0, time, points, epsilon)
+    t, Y, diverged = solve(system, y0, time, points, epsilon, log_time=log_time)
     table = {"time": t, **system.observables(Y)}
     res = TheoryResult(table, system.truncation, epsilon, diverged_at=diverged, gap_tol=gap_tol)
     if diverged is not None:
@@ -133,7 +145,7 @@ def integrate(system, time: float = 1.0, points: int = 51, init="free", dim: int
     if check_truncation and lower >= 2 and getattr(system, "can_truncate", True):
         other = system.retruncate(lower)
         y1 = other.initial(init, dim=dim, seed=seed)
-        t1, Y1, _ = solve(other, y1, time, points, epsilon)
+        t1, Y1, _ = solve(other, y1, time, points, epsilon, log_time=log_time)
         obs1 = other.observables(Y1)
         n = min(len(t1), len(t))
         gap = np.zeros(len(t))

@@ -618,7 +618,7 @@ class SpectralResult:
 
     def to_csv(self, path):
         from .integration import write_csv
-        write_csv(self.table, path, digits=17)
+        write_csv(self.table, path, digits=None)
         return Path(path)
 
     def spectra_to_csv(self, path, quantiles=None, full: bool = False):

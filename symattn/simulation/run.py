@@ -220,9 +220,10 @@ def _tabulate(spec, seed_rows: dict, tgrid: np.ndarray):
 def simulate(spec, dim, seeds=1, time=1.0, points=21, *, seed0=0, workers=None, progress=True,
              test_samples=4096, potential=True, blas_threads=1, spectra=False,
              partial: dict | None = None, backend: str = "numpy", device: str = "cpu",
-             dtype: str = "float64") -> SimulationResult:
+             dtype: str = "float64", log_time: bool = False) -> SimulationResult:
     """Online SGD of ``spec`` at dimension ``dim`` for seeds seed0..seed0+seeds−1, measured at
-    ``points`` times equally spaced on [0, time] (package time nα/d, snapped to whole steps).
+    ``points`` times equally spaced on [0, time] (package time nα/d, snapped to whole steps), or
+    with ``log_time`` at 0 and points − 1 log-spaced times from max(one step, time/1000) to time.
 
     ``workers`` processes (default min(seeds, cores)) each run whole seeds with ``blas_threads``
     BLAS threads (threadpoolctl; default 1 in every process, sequential runs included: the tables
@@ -286,7 +287,14 @@ def simulate(spec, dim, seeds=1, time=1.0, points=21, *, seed0=0, workers=None, 
     if points > n_total + 1:
         raise UsageError(f"points {points}: only {n_total} SGD steps up to time {time:g}, so at most "
                          f"{n_total + 1} distinct times; use fewer points or a longer time")
-    steps = np.rint(np.linspace(0, n_total, points)).astype(np.int64)
+    if log_time:                        # 0, then log-spaced whole steps from max(1, n/1000) to n
+        from ..integration import time_grid
+        steps = np.rint(time_grid(n_total, points, True, first=max(1.0, n_total * 1e-3))).astype(np.int64)
+        if len(np.unique(steps)) < points:
+            raise UsageError(f"points {points}: {n_total} SGD steps are too few for {points} distinct "
+                             f"log-spaced times; use fewer points or a longer time")
+    else:
+        steps = np.rint(np.linspace(0, n_total, points)).astype(np.int64)
     if progress:
         where = f"{backend} {dtype} on {device}" if backend != "numpy" else f"numpy {dtype}, BLAS {_blas_name()}"
         note(f"simulate {spec.name}: d = {dim}, {seeds} seed(s) × {n_total} steps, "
