@@ -23,6 +23,38 @@ from .init import psd_sqrt
 _FACTORS = {"tied": ("W",), "untied": ("U", "V"), "direct": ("S",), "identity": ()}
 
 
+def _T(A):
+    return A.swapaxes(-1, -2)
+
+
+def index_preactivation(par, k, P, X, slices, XXt=None, scale=None):
+    """Uncentred, unscaled x_iᵀ S_k x_j of one index for a batch, from P = X F (any leading axes;
+    NumPy arrays or torch tensors): tied Y Yᵀ, untied P_U P_Vᵀ, direct P_S Xᵀ, identity c X Xᵀ."""
+    if par == "tied":
+        Y = P[..., slices[(k, "W")]]
+        return Y @ _T(Y)
+    if par == "untied":
+        return P[..., slices[(k, "U")]] @ _T(P[..., slices[(k, "V")]])
+    if par == "direct":
+        return P[..., slices[(k, "S")]] @ _T(X)
+    return scale * (XXt if XXt is not None else X @ _T(X))
+
+
+def index_backward(par, k, ek, P, X, slices, Z) -> None:
+    """Fill the columns of Z = ∂(batch loss)/∂(X F) that belong to index k from e_k = ∂𝓛/∂G_k:
+    tied (e + eᵀ) P_W, untied e P_V and eᵀ P_U, direct sym(e) X (docstring of this module)."""
+    ekT = _T(ek)
+    if par == "tied":
+        sl = slices[(k, "W")]
+        Z[..., sl] = (ek + ekT) @ P[..., sl]
+    elif par == "untied":
+        su, sv = slices[(k, "U")], slices[(k, "V")]
+        Z[..., su] = ek @ P[..., sv]
+        Z[..., sv] = ekT @ P[..., su]
+    else:                                            # direct: symmetric gradient
+        Z[..., slices[(k, "S")]] = (0.5 * (ek + ekT)) @ X
+
+
 class Model:
     """The SGD dynamics of one spec at dimension d; holds the current factors (``set_state``)."""
 
@@ -101,19 +133,9 @@ class Model:
         sq = np.sqrt(d)
         P = (X.reshape(B * L, d) @ self.F).reshape(B, L, -1)
         G = np.empty((B, L, L, self.K), dtype=self.dtype)
-        XXt = None
+        XXt = X @ _T(X) if "identity" in self.par else None
         for k, par in enumerate(self.par):
-            if par == "tied":
-                Y = P[:, :, self.slices[(k, "W")]]
-                g = Y @ Y.transpose(0, 2, 1)
-            elif par == "untied":
-                g = P[:, :, self.slices[(k, "U")]] @ P[:, :, self.slices[(k, "V")]].transpose(0, 2, 1)
-            elif par == "direct":
-                g = P[:, :, self.slices[(k, "S")]] @ X.transpose(0, 2, 1)
-            else:
-                if XXt is None:
-                    XXt = X @ X.transpose(0, 2, 1)
-                g = self.scale_id[k] * XXt
+            g = index_preactivation(par, k, P, X, self.slices, XXt, getattr(self, "scale_id", {}).get(k))
             if par != "untied":  # centred G (docs/theory.md §1)
                 g = g - (self.C * self.trace(k)).astype(self.dtype)
             G[..., k] = g / sq
@@ -142,16 +164,7 @@ class Model:
                 continue
             ek = e[..., k]
             c[k] = np.einsum("bij,ij->", ek, self.C) / B
-            ekT = ek.transpose(0, 2, 1)
-            if par == "tied":
-                sl = self.slices[(k, "W")]
-                Z[:, :, sl] = (ek + ekT) @ P[:, :, sl]
-            elif par == "untied":
-                su, sv = self.slices[(k, "U")], self.slices[(k, "V")]
-                Z[:, :, su] = ek @ P[:, :, sv]
-                Z[:, :, sv] = ekT @ P[:, :, su]
-            else:  # direct: symmetric gradient
-                Z[:, :, self.slices[(k, "S")]] = (0.5 * (ek + ekT)) @ X
+            index_backward(par, k, ek, P, X, self.slices, Z)
         g = X.reshape(B * L, d).T @ Z.reshape(B * L, self.n_train)
         g *= 1.0 / (B * np.sqrt(d))
         return g, c, float(np.mean(loss))

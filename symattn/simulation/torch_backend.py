@@ -28,6 +28,7 @@ from ..errors import NumericalFailure, UsageError
 from ..symbolic.loss import build_loss
 from .init import draw_initial, psd_sqrt
 from .measure import order_parameter_arrays
+from .sgd import index_backward, index_preactivation
 
 FACTORS = {"tied": ("W",), "untied": ("U", "V"), "direct": ("S",), "identity": ()}
 
@@ -150,19 +151,9 @@ class TorchModel:
         P = (X.reshape(S, B * L, d) @ self.F).reshape(S, B, L, -1)
         traces = self.traces()
         gs = []
-        XXt = None
+        XXt = X @ X.transpose(-1, -2) if "identity" in self.par else None
         for k, par in enumerate(self.par):
-            if par == "tied":
-                Y = P[..., self.slices[(k, "W")]]
-                g = Y @ Y.transpose(-1, -2)
-            elif par == "untied":
-                g = P[..., self.slices[(k, "U")]] @ P[..., self.slices[(k, "V")]].transpose(-1, -2)
-            elif par == "direct":
-                g = P[..., self.slices[(k, "S")]] @ X.transpose(-1, -2)
-            else:
-                if XXt is None:
-                    XXt = X @ X.transpose(-1, -2)
-                g = self.scale[k] * XXt
+            g = index_preactivation(par, k, P, X, self.slices, XXt, self.scale.get(k))
             if par != "untied":                            # centred G (docs/theory.md §1)
                 tr = torch.as_tensor(traces[k], device=self.device).to(self.dtype)
                 g = g - self.C * tr.reshape(-1, 1, 1, 1) if tr.ndim else g - self.C * tr
@@ -185,18 +176,8 @@ class TorchModel:
         for k, par in enumerate(self.par):
             if not self.trainable[k]:
                 continue
-            ek = e[..., k]
-            c[k] = torch.einsum("sbij,ij->s", ek, self.C) / B
-            ekT = ek.transpose(-1, -2)
-            if par == "tied":
-                sl = self.slices[(k, "W")]
-                Z[..., sl] = (ek + ekT) @ P[..., sl]
-            elif par == "untied":
-                su, sv = self.slices[(k, "U")], self.slices[(k, "V")]
-                Z[..., su] = ek @ P[..., sv]
-                Z[..., sv] = ekT @ P[..., su]
-            else:
-                Z[..., self.slices[(k, "S")]] = (0.5 * (ek + ekT)) @ X
+            c[k] = torch.einsum("sbij,ij->s", e[..., k], self.C) / B
+            index_backward(par, k, e[..., k], P, X, self.slices, Z)
         g = X.reshape(S, B * L, d).transpose(-1, -2) @ Z.reshape(S, B * L, self.n_train)
         g = g * (1.0 / (B * math.sqrt(d)))
         return g, c, loss.mean(dim=-1)
