@@ -21,18 +21,14 @@ _WRITTEN: list = []          # files written by this command (for the interrupt 
 
 
 # ---------------------------------------------------------------------------- option checks
-def _finite_positive(name, value, allow_zero=False):
-    if value is None:
-        return None
-    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        raise UsageError(f"{name} {value}: must be a finite number {'>=' if allow_zero else '>'} 0")
+def _finite_positive(name, value):
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise UsageError(f"{name} {value}: must be a finite number > 0")
     return value
 
 
 def _whole(name, value, low):
-    if value is None:
-        return None
-    if value < low:
+    if value is not None and value < low:
         raise UsageError(f"{name} {value}: must be a whole number >= {low}")
     return value
 
@@ -133,7 +129,7 @@ def cmd_derive(args):
     print(f"wrote {path}: {system.size} moments, {len(system.terms)} terms")
 
 
-def _theory_checks(args, spec):
+def _theory_checks(args):
     _finite_positive("--time", args.time)
     _whole("--points", args.points, 2)
     _whole("--seed", args.seed, 0)
@@ -149,7 +145,7 @@ def cmd_theory(args):
     import warnings
 
     spec = _load(args)
-    _theory_checks(args, spec)
+    _theory_checks(args)
     if args.fast:
         from .derivation.untied import fast_phase
         if "untied" not in spec.parameterizations:

@@ -47,12 +47,9 @@ class SimulationResult:
     spectra: dict = field(default_factory=dict)
 
     def to_csv(self, path) -> None:
-        """Header of column names, one row per time point."""
-        data = np.column_stack([self.table[c] for c in self.columns])
-        with open(path, "w") as fh:
-            fh.write(",".join(self.columns) + "\n")
-            for row in data:
-                fh.write(",".join(repr(float(v)) for v in row) + "\n")
+        """Header of column names, one row per time point (exact numbers; written atomically)."""
+        from ..integration import write_csv
+        write_csv({c: self.table[c] for c in self.columns}, path, digits=None)
 
     def __getitem__(self, col):
         return self.table[col]
@@ -70,18 +67,19 @@ def _int(value, option, low):
     return int(value)
 
 
-def _blas_limits(n: int | None):
-    """threadpoolctl limit of the BLAS threads (a context manager) and a line naming the library."""
-    from threadpoolctl import threadpool_info, threadpool_limits
+def _blas_name() -> str:
+    """The BLAS libraries threadpoolctl controls in this process, e.g. ``openblas (1 threads)``."""
+    from threadpoolctl import threadpool_info
     libs = [f"{i.get('internal_api')} ({i.get('num_threads')} threads)" for i in threadpool_info()
             if i.get("user_api") == "blas"]
-    return threadpool_limits(limits=n, user_api="blas"), ", ".join(libs) or "no BLAS library found"
+    return ", ".join(libs) or "no BLAS library found"
 
 
-def _blas_name() -> str:
-    from threadpoolctl import threadpool_info
-    return ", ".join(sorted({str(i.get("internal_api")) for i in threadpool_info() if i.get("user_api") == "blas"})) \
-        or "unknown"
+def _blas_limits(n: int | None):
+    """threadpoolctl limit of the BLAS threads (a context manager) and the line naming the library."""
+    from threadpoolctl import threadpool_limits
+    limits = threadpool_limits(limits=n, user_api="blas")
+    return limits, _blas_name()
 
 
 def _physical_memory() -> int | None:
@@ -295,11 +293,6 @@ def simulate(spec, dim, seeds=1, time=1.0, points=21, *, seed0=0, workers=None, 
                              f"log-spaced times; use fewer points or a longer time")
     else:
         steps = np.rint(np.linspace(0, n_total, points)).astype(np.int64)
-    if progress:
-        where = f"{backend} {dtype} on {device}" if backend != "numpy" else f"numpy {dtype}, BLAS {_blas_name()}"
-        note(f"simulate {spec.name}: d = {dim}, {seeds} seed(s) × {n_total} steps, "
-             f"~{est['flop_per_step'] * n_total * seeds / 1e9:.3g} GFLOP, ~{est['bytes'] / 2**20:.0f} MiB per seed; "
-             f"{where}")
 
     pot = names = None
     if potential:
@@ -319,6 +312,12 @@ def simulate(spec, dim, seeds=1, time=1.0, points=21, *, seed0=0, workers=None, 
     results, failures = {}, []
     collected = {s: [] for s in seed_list}
     limits, blas = _blas_limits(blas_threads if workers <= 1 else None)
+    if progress:
+        where = f"{backend} {dtype} on {device}" if backend != "numpy" else \
+            f"numpy {dtype}, {workers} process(es) × {blas_threads} thread(s) of {blas.split(' (')[0]}"
+        note(f"simulate {spec.name}: d = {dim}, {seeds} seed(s) × {n_total} steps, "
+             f"~{est['flop_per_step'] * n_total * seeds / 1e9:.3g} GFLOP, ~{est['bytes'] / 2**20:.0f} MiB per seed; "
+             f"{where}")
     try:
         if backend == "torch":
             done = [0]
