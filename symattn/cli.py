@@ -479,9 +479,13 @@ def main(argv=None):
         args = parser.parse_args(argv)
     except SystemExit as exc:      # argparse printed its usage and one error line; status 2
         return exc.code
+    import warnings
+
     from .progress import configure
     configure(quiet=args.quiet)
     _WRITTEN.clear()
+    shown = warnings.showwarning
+    warnings.showwarning = _one_line_warning
     old_term = signal.signal(signal.SIGTERM, _on_sigterm) if _main_thread() else None
     try:
         args.func(args)
@@ -522,9 +526,15 @@ def main(argv=None):
         return _fail(f"internal error ({type(exc).__name__}: {_one_line(exc)[:200]}); "
                      f"rerun with --debug for the traceback", EXIT_INTERNAL)
     finally:
+        warnings.showwarning = shown
         if old_term is not None:
             signal.signal(signal.SIGTERM, old_term)
     return 0
+
+
+def _one_line_warning(message, category, filename, lineno, file=None, line=None):
+    """Warnings on the command line: one line each, without the source location."""
+    print(f"symattn: warning: {' '.join(str(message).split())}", file=sys.stderr, flush=True)
 
 
 def _main_thread() -> bool:

@@ -313,6 +313,15 @@ def test_numerical_failure_is_exit_3(tmp_path, workdir, capsys):
     assert "time =" in err and not (tmp_path / "x.csv").exists()
 
 
+def test_singular_activation_between_grid_points_is_a_numerical_failure(tmp_path, workdir, capsys):
+    """log(z² + 1e-300) passes the finiteness grid (it is finite at every grid point) but has no
+    Gaussian expectation worth the name: the quadrature never converges, exit 3 in one line."""
+    spec = _write_spec(tmp_path, activation("log(z**2 + 1e-300)"))
+    code, out, err = _run(["potential", spec, "--quiet"], capsys)
+    _assert_one_line(code, err, 3)
+    assert "quadrature" in err and out == ""
+
+
 def test_version_and_help_show_defaults(capsys):
     assert main(["--version"]) == 0 and "symattn" in capsys.readouterr().out
     for cmd in ("potential", "derive", "theory", "simulate", "compare"):

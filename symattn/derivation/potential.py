@@ -23,6 +23,8 @@ from ..symbolic.gaussian import GaussianG, OrderParameters
 from ..symbolic.loss import build_loss
 from ..symbolic.quadrature import MAX_NODES, QuadTerm, adaptive_order, half_width_for
 
+DIVERGED = 1e-2     # a quadrature still changing by this much (relative) at its node cap has no limit
+
 
 @dataclass
 class Gradients:
@@ -122,12 +124,26 @@ class GaussianExpectation:
     def calibrate(self, values, tol: float | None = None):
         """Choose the quadrature order at θ so that Φ and ∇Φ change by < tol between orders."""
         if self.quad_terms:
+            from ..progress import note
+            note(f"calibrating the Gaussian quadrature of {len(self.quad_terms)} non-polynomial term(s) "
+                 f"to {tol or self.tol:.0e}")
             self.order, self.error = adaptive_order(self.quad_terms, self.theta(values), tol or self.tol,
                                                     start=self.start_order, relative=self.relative)
+            scale = max(1.0, abs(self.value_at_order(values)))
+            if not self.error <= DIVERGED * scale:
+                from ..errors import NumericalFailure
+                raise NumericalFailure(f"the Gaussian quadrature of Φ does not converge (change between orders "
+                                       f"{self.error:.1e} at {self.order} nodes per dimension): the loss is "
+                                       f"probably singular on the real line")
             if not self.error <= (tol or self.tol) * 10:
                 warnings.warn(f"quadrature reached only ~{self.error:.1e} (asked {tol or self.tol:.0e}) at "
                               f"{self.order} nodes per dimension: the node cap was hit", RuntimeWarning, stacklevel=2)
         return self.order, self.error
+
+    def value_at_order(self, values) -> float:
+        """Φ(θ) with the current quadrature order (no recalibration)."""
+        th = self.theta(values)
+        return float(self._closed[0](th)) + sum(t.evaluate(th, self.order)[0] for t in self.quad_terms)
 
     def value_and_gradient(self, values):
         """(Φ(θ), ∂Φ/∂θ) with ∂ in the plain partial-derivative sense, in ``self.names`` order."""

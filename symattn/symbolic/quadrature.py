@@ -161,7 +161,8 @@ class QuadTerm:
         z, w = gauss_rule(n_dim, self.dim, self.half_width, kind)
         Y = mu_y + z @ B.T
         X = Y @ P
-        vals = self._fn([X[:, a] for a in range(n)])
+        with np.errstate(all="ignore"):        # a singular integrand shows as non-finite sums, reported
+            vals = self._fn([X[:, a] for a in range(n)])
         vals = [np.broadcast_to(np.asarray(v, dtype=float), w.shape) for v in vals]
         Ef = w @ vals[0]
         if not self.gradient:
