@@ -38,7 +38,7 @@ def _until(table: dict, t_max: float | None):
 
 
 def plot(theory: dict, sim: dict, path, title="", extra: dict | None = None, sims: dict | None = None,
-         valid_until: float | None = None, frozen=None):
+         valid_until: float | None = None, frozen=None, label: str = "theory"):
     """One panel per observable: theory lines, simulation means with standard-error bars.
 
     Theory curves are drawn in colour up to ``valid_until`` (the truncation's window of validity; a
@@ -66,7 +66,7 @@ def plot(theory: dict, sim: dict, path, title="", extra: dict | None = None, sim
         lo, hi = [], []
         keep = _until(theory, valid_until)
         tt, ty = np.asarray(theory["time"]), np.asarray(theory[c])
-        ax.plot(tt[keep], ty[keep], "-", color="C0", label="theory")
+        ax.plot(tt[keep], ty[keep], "-", color="C0", label=label)
         if not keep.all():         # beyond its validity: greyed, and outside the y-range computation
             first = max(int(np.argmin(keep)) - 1, 0)
             ax.plot(tt[first:], ty[first:], "-", color="0.75", lw=0.8, label="theory beyond its validity")
@@ -102,6 +102,14 @@ def plot(theory: dict, sim: dict, path, title="", extra: dict | None = None, sim
     path = Path(path)
     with atomic_target(path) as tmp:
         fig.savefig(tmp, dpi=110, format="png")
+
+
+def theory_label(info: dict) -> str:
+    """Legend of the theory curve: which method drew it, at which ε."""
+    eps = info.get("epsilon") or 0.0
+    what = f"matrix level, N = {info['size']}" if info.get("method") == "spectral" else \
+        f"moments, M = {info.get('truncation')}"
+    return f"theory ({what}, {'ε → 0' if not eps else f'ε = {eps:g}'})"
 
 
 def theory_for(spec, time, points, truncation, init, dim, noise, method, size):
@@ -149,8 +157,9 @@ def compare(spec, dim: int, seeds: int = 4, time: float = 1.0, points: int = 21,
         write_csv(theory_table, out / "theory.csv")
         write_csv(sim_table, out / "simulation.csv")
         plot(theory_table, sim_table, out / "comparison.png",
-             title=f"{spec.name}: d={dim}, {seeds} seeds, ε={spec.epsilon(dim):g}", extra=extra,
-             valid_until=info.get("truncation_valid_until"), frozen=[spec.names[k] for k in spec.teachers])
+             title=f"{spec.name}: SGD at d = {dim}, {seeds} seeds, ε = {spec.epsilon(dim):g}", extra=extra,
+             valid_until=info.get("truncation_valid_until"), frozen=[spec.names[k] for k in spec.teachers],
+             label=theory_label(info))
         atomic_write(out / "summary.json", json.dumps(summary, indent=2))
     summary["theory_table"], summary["simulation_table"] = theory_table, sim_table
     return summary
@@ -246,7 +255,8 @@ def compare_dims(spec, dims, seeds: int = 4, time: float = 1.0, points: int = 21
         plot(theory_table, shown, out / "comparison.png",
              title=f"{spec.name}: d = {', '.join(map(str, dims))} and 1/d → 0, {seeds} seeds, ε={spec.epsilon():g}",
              extra=extra, sims={"__label__": "SGD, 1/d → 0", **{f"SGD d={d}": sims[d] for d in dims}},
-             valid_until=info.get("truncation_valid_until"), frozen=[spec.names[k] for k in spec.teachers])
+             valid_until=info.get("truncation_valid_until"), frozen=[spec.names[k] for k in spec.teachers],
+             label=theory_label(info))
         atomic_write(out / "summary.json", json.dumps(summary, indent=2))
     summary["theory_table"], summary["extrapolated_table"] = theory_table, ext
     summary["simulation_tables"] = sims
