@@ -216,13 +216,14 @@ def compare_dims(spec, dims, seeds: int = 4, time: float = 1.0, points: int = 21
     summary["extrapolated"] holds, per column, the deviation of the theory from the extrapolation
     (max over time of |theory − extrapolation| and of that in units of the extrapolation's error).
     """
+    from .errors import SpecError, UsageError
     from .simulation.run import simulate as _simulate
-    from .spec import SpecError, load_spec
+    from .spec import load_spec
 
     spec = load_spec(spec)
     dims = sorted({int(d) for d in dims})
     if len(dims) < 2:
-        raise SpecError("--dims: needs two or more distinct dimensions, e.g. --dims 100,200")
+        raise UsageError("dims: needs two or more distinct dimensions, e.g. dims=[100, 200]")
     if spec.noise_ratio is None:
         raise SpecError(f"{spec.source}: training.learning_rate: --dims extrapolates at fixed ε = αd/B; "
                         f"give training.noise_ratio instead")

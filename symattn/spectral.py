@@ -72,7 +72,7 @@ from pathlib import Path
 import numpy as np
 from scipy import integrate
 
-from .errors import NumericalFailure
+from .errors import NumericalFailure, UsageError
 from .spec import Spec, SpecError, load_spec
 
 __all__ = [
@@ -667,11 +667,11 @@ def solve_spectral(spec, time: float = 1.0, points: int = 51, size: int = 1000, 
     _check_supported(spec)
     size = int(size)
     if size < 4:
-        raise SpecError(f"--size {size}: must be >= 4")
+        raise UsageError(f"size {size}: must be >= 4")
     if not (time >= 0 and math.isfinite(time)):
-        raise SpecError(f"--time {time}: must be a finite number >= 0")
+        raise UsageError(f"time {time}: must be a finite number >= 0")
     if points < 1:
-        raise SpecError(f"--points {points}: must be >= 1")
+        raise UsageError(f"points {points}: must be >= 1")
     P = potential if potential is not None else Potential(spec)
     times = np.linspace(0.0, float(time), int(points)) if points > 1 else np.array([float(time)])
     if points == 1:
@@ -680,13 +680,13 @@ def solve_spectral(spec, time: float = 1.0, points: int = 51, size: int = 1000, 
     if noisy:
         epsilon = float(epsilon)
         if not (epsilon > 0 and math.isfinite(epsilon)):
-            raise SpecError(f"epsilon {epsilon}: the noise ratio must be a finite number >= 0")
+            raise UsageError(f"epsilon {epsilon}: the noise ratio must be a finite number >= 0")
         if not (noise_dt > 0 and math.isfinite(noise_dt)):
-            raise SpecError(f"noise_dt {noise_dt}: must be a finite number > 0")
+            raise UsageError(f"noise_dt {noise_dt}: must be a finite number > 0")
         if int(noise_realisations) < 1:
-            raise SpecError(f"noise_realisations {noise_realisations}: must be >= 1")
+            raise UsageError(f"noise_realisations {noise_realisations}: must be >= 1")
         if noise_antithetic and int(noise_realisations) % 2:
-            raise SpecError(f"noise_realisations {noise_realisations}: must be even with noise_antithetic")
+            raise UsageError(f"noise_realisations {noise_realisations}: must be even with noise_antithetic")
         from .derivation.noise import nu_expectations
         nu = nu_expectations(P)
         nseed = int(seed if noise_seed is None else noise_seed)

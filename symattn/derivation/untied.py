@@ -516,7 +516,7 @@ def rhs(t, mu, params):
     """dy/dτ on package time; y = [moments, means]; params = [weight decay γ, noise ratio ε]."""
     out, ok = _rhs_core(mu, params)
     if not ok:
-        raise ValueError("untied: no critical point dPhi/dm = 0 of the slaved means (t = %g)" % t)
+        raise FloatingPointError("untied: no critical point dPhi/dm = 0 of the slaved means (t = %g)" % t)
     return out
 '''
 
