@@ -41,7 +41,11 @@ def sample_moments(spec, words, dim: int, seed: int = 0) -> np.ndarray:
 
     spec = load_spec(spec)
     factors = draw_initial(spec, dim, np.random.default_rng(seed))
-    return np.array([1.0 if not w else freeprob.sample_moment(w, factors) for w in words])
+    out = np.ones(len(words))
+    full = [i for i, w in enumerate(words) if w]          # the empty word is 1
+    if full:                                               # batched: products shared between words
+        out[full] = freeprob.sample_moments([words[i] for i in full], factors)
+    return out
 
 
 def initial_order_parameters(spec) -> dict:
