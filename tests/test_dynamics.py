@@ -108,6 +108,29 @@ def test_riccati_truncations_converge_geometrically():
         assert errors[m2] < errors[m1] / 3, errors      # geometric: measured ratio ≈ 20
 
 
+def test_weight_decay_convergence_uniform_in_time_only_above_threshold():
+    """Riccati with weight decay γ (σ = 1, κ = 0.5, c = 1, λ_max = (1 + √κ)² ≈ 2.91): on package
+    time the decay adds −2γS, so each eigenvalue obeys λ' = 8λ(c − λ) − 2γλ = 8λ(c_γ − λ) with
+    c_γ = c − γ/4 — the same logistic law as without decay (``mp_riccati_trace`` with c = c_γ).
+    Above the paper's threshold γ > 4(c + λ_max) ≈ 15.7 the truncation converges uniformly on
+    τ ≤ 0.5; below it (γ = 3) larger M is worse. Measured: γ = 20: max error 5.9e-5, 3.0e-7,
+    2.6e-9 for M = 4, 8, 12; γ = 3: 0.056, 0.52, 8.5."""
+    times = np.linspace(0.0, 0.5, 101)
+    errors = {}
+    for gamma in (20.0, 3.0):
+        spec = spec_of("riccati_mp", **{"training.weight_decay": gamma, "indices.0.init_scale": 1.0})
+        exact, _ = mp_riccati_trace(times, 0.5, 1.0, c=1.0 - gamma / 4)
+        for M in (4, 8, 12):
+            res = quiet_integrate(derive(spec, M), time=0.5, points=101, epsilon=0.0, check_truncation=False)
+            n = len(res.table["time"])
+            errors[gamma, M] = float(np.max(np.abs(res.table["tr_student"] - exact[:n]))) if n == 101 else np.inf
+    print("\nweight decay, max |tr_M − exact| on τ ≤ 0.5:", errors)
+    assert errors[20.0, 4] > 30 * errors[20.0, 8] > 30 * 30 * errors[20.0, 12]   # measured ratios ≈ 200, 115
+    assert errors[20.0, 12] < 1e-7
+    assert errors[3.0, 4] < errors[3.0, 8] < errors[3.0, 12]                    # grows with M
+    assert errors[3.0, 12] > 1.0
+
+
 def test_truncation_honesty_riccati_sigma1():
     """σ = 1: the largest MP eigenvalue λ₀ = (1 + √0.5)² > c, radius R = ln(λ₀/(λ₀−c))/8 ≈ 0.0525.
 
