@@ -40,7 +40,7 @@ def sample_moments(spec, words, dim: int, seed: int = 0) -> np.ndarray:
     from .simulation.init import draw_initial
 
     spec = load_spec(spec)
-    factors = draw_initial(spec, dim, np.random.default_rng(seed))
+    factors = draw_initial(spec, dim, int(seed))
     out = np.ones(len(words))
     full = [i for i, w in enumerate(words) if w]          # the empty word is 1
     if full:                                               # batched: products shared between words

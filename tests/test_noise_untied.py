@@ -68,7 +68,7 @@ def make(act="linear", L=1, B=4, eps=0.1, cov=None, student=(1.0, 1.0), teacher=
 
 # ---------------------------------------------------------------------------- state
 def initial_factors(spec, d, seed, family="plain", rho=0.5):
-    facs = draw_initial(spec, d, np.random.default_rng(seed))
+    facs = draw_initial(spec, d, seed)
     if family == "traced":
         for f in facs:
             U, V = f["U"], f["V"]

@@ -1,9 +1,9 @@
 """``simulate``: online SGD over seeds, measurements, averages and CSV (docs/theory.md §3, docs/interface.md).
 
-Seed s uses ``rng = np.random.default_rng(s)``: ``draw_initial`` first, then one batch per step
-from the same stream; the test loss draws from the separate stream ``default_rng([s, 7919])``.
-Seeds run in a fork-based process pool; every seed's computation is the same as in a sequential
-run, so the tables are identical.
+Seed s at dimension d draws its initial matrices, its batches and its test samples from separate
+streams derived from (s, d, purpose[, index]) through ``SeedSequence`` (``simulation.init``:
+runs at different d are independent). Seeds run in a fork-based process pool; every seed's
+computation is the same as in a sequential run, so the tables are identical.
 """
 from __future__ import annotations
 
@@ -19,11 +19,11 @@ from ..errors import NumericalFailure, UsageError
 from ..progress import Progress, note
 from ..spec import Spec, SpecError, load_spec
 from ..symbolic.loss import build_loss
-from .init import draw_initial
+from .init import BATCHES, TEST, draw_initial, stream
 from .measure import column_names, order_parameters, student_spectra, test_loss
 from .sgd import Model
 
-TEST_STREAM = 7919          # second entropy word of the test-loss stream
+TEST_STREAM = TEST          # purpose word of the test-loss stream (simulation.init)
 CHECK_EVERY = 100           # steps between cheap divergence checks
 BOUND = 1e8                 # Tr S²/d beyond this counts as divergence
 
@@ -128,9 +128,9 @@ def run_seed(seed: int, job: dict | None = None, report=None, on_row=None) -> di
     job = job or _JOB
     spec, d = job["spec"], job["dim"]
     model = Model(spec, d, loss_grad=job["loss_grad"], dtype=job.get("dtype", np.float64))
-    rng = np.random.default_rng(seed)
-    model.set_state(draw_initial(spec, d, rng))
-    trng = np.random.default_rng([seed, TEST_STREAM])
+    model.set_state(draw_initial(spec, d, seed))
+    rng = stream(seed, d, BATCHES)
+    trng = stream(seed, d, TEST)
     pot, names = job["potential"], job["potential_names"]
     rows, n, pending = [], 0, 0
     want_spectra = bool(job.get("spectra"))
@@ -233,8 +233,8 @@ def simulate(spec, dim, seeds=1, time=1.0, points=21, *, seed0=0, workers=None, 
     change the SGD trajectories. ``partial``: a dict that, when the run is interrupted
     (KeyboardInterrupt, re-raised), receives ``table`` — the time points every seed finished.
 
-    ``backend``: "numpy" (default; seed s draws its initial matrices and then its batches from
-    ``default_rng(s)``) or "torch" (every seed in one leading array axis on ``device``, "cpu" or
+    ``backend``: "numpy" (default; seed s draws its initial matrices, batches and test samples
+    from the streams of ``simulation.init.stream(s, dim, ...)``) or "torch" (every seed in one leading array axis on ``device``, "cpu" or
     "cuda[:N]"; seed s starts from the same matrices as with NumPy, batches come from a torch
     stream, see ``simulate.torch_backend``). ``dtype``: "float64" or "float32" for the SGD step
     (both backends); traces and order parameters are accumulated in float64 either way.
@@ -301,7 +301,7 @@ def simulate(spec, dim, seeds=1, time=1.0, points=21, *, seed0=0, workers=None, 
         names = pot.names
         # calibrate the quadrature once, at seed0's initial order parameters, so that every seed
         # (sequential or in a worker) evaluates Φ with the same rule
-        init = order_parameters(spec, draw_initial(spec, dim, np.random.default_rng(seed0)), dim)
+        init = order_parameters(spec, draw_initial(spec, dim, seed0), dim)
         pot.calibrate({k: init[k] for k in names})
     seed_list = list(range(seed0, seed0 + seeds))
     job = dict(spec=spec, dim=dim, loss_grad=build_loss(spec).compile_gradient(), steps=steps,

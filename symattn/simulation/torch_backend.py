@@ -11,7 +11,7 @@ expression lambdified for torch (``Loss.compile_gradient(backend="torch")``), ne
     direct  ∇_S = Xᵀ sym(e) X/(B√d) − mean_b tr(e C) I/√d
     θ ← (1 − αγ/d) θ − α ∇_θ
 
-Seeds: the initial matrices of seed s are NumPy's ``draw_initial(spec, d, default_rng(s))`` — the
+Seeds: the initial matrices of seed s are NumPy's ``draw_initial(spec, d, s)`` — the
 very matrices of the NumPy backend's seed s — and the batches come from one torch generator on
 the device seeded with ``SeedSequence([seed0, seeds, d, 0x7043])`` (another stream than NumPy's,
 reproducible for the same seed0, seeds, d and device). Order parameters are computed on the
@@ -231,7 +231,7 @@ def run_torch(spec, dim, seed_list, steps, *, device, dtype, test_samples, poten
     torch = import_torch()
     S = len(seed_list)
     model = TorchModel(spec, dim, S, device=device, dtype=dtype)
-    model.set_state([draw_initial(spec, dim, np.random.default_rng(s)) for s in seed_list])
+    model.set_state([draw_initial(spec, dim, s) for s in seed_list])
     gen = torch.Generator(device=model.device)
     gen.manual_seed(int(np.random.SeedSequence([seed_list[0], S, int(dim), 0x7043]).generate_state(1)[0]))
     tgen = torch.Generator(device=model.device)
