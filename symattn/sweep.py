@@ -112,20 +112,26 @@ def run_task(task: dict, out) -> str:
     done = out / f"{task['id']}.json"
     if done.exists():
         return task["id"]
+    from .errors import NumericalFailure
     spec = load_spec(task["spec"], settings=task["settings"])
-    if task["command"] == "simulate":
-        from .simulation.run import simulate
-        res = simulate(spec, dim=task["dim"], seeds=1, seed0=task["seed"], time=task["time"], points=task["points"],
-                       workers=1, progress=False, log_time=task.get("log_time", False))
-        table = res.table
-    else:
-        from .derivation import derive
-        from .integration import integrate
-        system = derive(spec, spec.truncation)
-        table = integrate(system, time=task["time"], points=task["points"], dim=task["dim"], seed=task["seed"],
-                          log_time=task.get("log_time", False)).table
+    try:
+        if task["command"] == "simulate":
+            from .simulation.run import simulate
+            res = simulate(spec, dim=task["dim"], seeds=1, seed0=task["seed"], time=task["time"],
+                           points=task["points"], workers=1, progress=False, log_time=task.get("log_time", False))
+            table = res.table
+        else:
+            from .derivation import derive
+            from .integration import integrate
+            system = derive(spec, spec.truncation)
+            table = integrate(system, time=task["time"], points=task["points"], dim=task["dim"], seed=task["seed"],
+                              log_time=task.get("log_time", False)).table
+    except NumericalFailure as exc:            # an outcome of the scan (e.g. a stability map), not an error
+        status = {"status": "diverged", "diverged_at": exc.time, "message": " ".join(str(exc).split())}
+        atomic_write(done, json.dumps({**task, **status}, indent=1, sort_keys=True))
+        return task["id"]
     atomic_write(out / f"{task['id']}.csv", csv_text(table, digits=None))
-    atomic_write(done, json.dumps(task, indent=1, sort_keys=True))       # last: marks the task complete
+    atomic_write(done, json.dumps({**task, "status": "done"}, indent=1, sort_keys=True))   # last: complete
     return task["id"]
 
 
@@ -189,31 +195,46 @@ def sweep(grid, out, executor: str | None = None, jobs: int | None = None, progr
 
 def collect(folder, out=None, per_seed: bool = False) -> dict:
     """Merge the completed tasks of a sweep folder into one table: per grid point (its settings
-    and d as columns) and time, the mean and ``<col>_sem`` over seeds and ``seeds`` (their number);
-    with ``per_seed`` one row per task and time instead, with a ``seed`` column. ``out``: a
-    ``.csv`` file, or ``.nc`` (netCDF through xarray, ``pip install 'symattn[netcdf]'``)."""
+    and d as columns) and time, the mean and ``<col>_sem`` over the seeds that finished, ``seeds``
+    (their number) and ``diverged`` (the number of seeds whose run diverged, a numerical failure
+    recorded by the task; their first divergence time is ``diverged_at_min``); with ``per_seed``
+    one row per finished task and time instead, with a ``seed`` column. ``out``: a ``.csv``
+    file, or ``.nc`` (netCDF through xarray, ``pip install 'symattn[netcdf]'``)."""
     from .integration import read_csv
 
     folder = Path(folder)
     if not folder.is_dir():
         raise UsageError(f"collect {folder}: not a folder")
-    tasks = []
+    tasks, failed = [], []
     for meta in sorted(p for p in folder.glob("*.json") if not p.name.startswith(".")):
         task = json.loads(meta.read_text())
         csv = folder / f"{task['id']}.csv"
-        if csv.exists():
+        if task.get("status") == "diverged":
+            failed.append(task)
+        elif csv.exists():
             tasks.append((task, read_csv(csv)))
-    if not tasks:
+    if not tasks and not failed:
         raise UsageError(f"collect {folder}: no completed task found")
-    keys = sorted({k for t, _ in tasks for k in t["settings"]})
+    keys = sorted({k for t in [t for t, _ in tasks] + failed for k in t["settings"]})
     groups: dict = {}
+    diverged: dict = {}
     for task, table in tasks:
         point = tuple(task["settings"].get(k) for k in keys) + (task["dim"],)
         groups.setdefault(point, []).append((task["seed"], table))
-    cols = [c for c in tasks[0][1] if c != "time" and not c.endswith("_sem")]
+    for task in failed:
+        point = tuple(task["settings"].get(k) for k in keys) + (task["dim"],)
+        diverged.setdefault(point, []).append(task["diverged_at"])
+        groups.setdefault(point, [])
+    cols = [c for c in tasks[0][1] if c != "time" and not c.endswith("_sem")] if tasks else []
     rows = []
     for point, members in sorted(groups.items(), key=lambda kv: repr(kv[0])):
         members.sort(key=lambda m: m[0])
+        div = diverged.get(point, [])
+        fail = {"diverged": len(div), "diverged_at_min": min((t for t in div if t is not None), default=None)}
+        if not members:                                  # every seed of this point diverged
+            if not per_seed:
+                rows.append({**dict(zip(keys + ["dim"], point)), "seeds": 0, **fail, "time": None})
+            continue
         if per_seed:
             for seed, table in members:
                 for i, t in enumerate(table["time"]):
@@ -222,13 +243,17 @@ def collect(folder, out=None, per_seed: bool = False) -> dict:
             continue
         n = min(len(m[1]["time"]) for m in members)
         for i in range(n):
-            row = {**dict(zip(keys + ["dim"], point)), "seeds": len(members), "time": members[0][1]["time"][i]}
+            row = {**dict(zip(keys + ["dim"], point)), "seeds": len(members), **fail,
+                   "time": members[0][1]["time"][i]}
             for c in cols:
                 v = np.array([m[1][c][i] for m in members])
                 row[c] = float(v.mean())
                 row[c + "_sem"] = float(v.std(ddof=1) / np.sqrt(len(v))) if len(v) > 1 else 0.0
             rows.append(row)
-    table = {c: [r.get(c) for r in rows] for c in rows[0]}
+    if not rows:
+        raise UsageError(f"collect {folder}: no finished task to tabulate (use per_seed=False to count divergences)")
+    names = list(dict.fromkeys(c for r in rows for c in r))
+    table = {c: [r.get(c) for r in rows] for c in names}
     if out is not None:
         _write_collected(table, Path(out))
     return table
@@ -254,8 +279,8 @@ def _write_collected(table: dict, out: Path) -> None:
 
 
 def _cell(v) -> str:
-    if v is None:
-        return ""
+    if v is None:                      # no value (no divergence time, no time row): NaN keeps columns numeric
+        return "nan"
     if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
         return str(int(v))
     if isinstance(v, (float, np.floating)):

@@ -135,3 +135,22 @@ def test_log_time_grids(tmp_path, capsys):
     ratios = steps[2:] / steps[1:-1]
     assert np.allclose(ratios, ratios[0], rtol=0.1)      # log-spaced up to the snapping to whole steps
     assert Path(tmp_path / "t.csv").exists()
+
+
+def test_diverging_tasks_are_recorded_and_counted(tmp_path):
+    """A run that diverges is an outcome of the scan (a stability map), not a failed sweep: its task
+    records the divergence time, is not rerun, and collect counts it per grid point."""
+    text = GRID.replace('"training.noise_ratio" = [0.005, 0.01]',
+                        '"training.noise_ratio" = [0.05]\n"indices.student.init_scale" = [0.5, 2.0]') \
+               .replace("time = 0.01", "time = 0.05").replace("dim = [20, 30]", "dim = [20]")
+    out = tmp_path / "out"
+    res = sweep(_grid(tmp_path, text), out, executor="local", jobs=1, progress=False)
+    assert res["ran"] == 4
+    table = collect(out)
+    stable = [i for i, e in enumerate(table["indices.student.init_scale"]) if e == 0.5]
+    unstable = [i for i, e in enumerate(table["indices.student.init_scale"]) if e == 2.0]
+    assert {table["diverged"][i] for i in stable} == {0} and {table["seeds"][i] for i in stable} == {2}
+    assert [table["diverged"][i] for i in unstable] == [2] and table["seeds"][unstable[0]] == 0
+    assert 0 < table["diverged_at_min"][unstable[0]] < 0.05
+    again = sweep(_grid(tmp_path, text), out, executor="local", jobs=1, progress=False)
+    assert again["ran"] == 0
