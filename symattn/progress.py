@@ -1,8 +1,9 @@
 """Visible long work: notes and progress on stderr (tqdm on a terminal, plain lines otherwise).
 
 On a terminal a tqdm bar is drawn; when stderr is a file or a pipe (CI logs, SLURM output files)
-a plain line ``symattn: <what>: 40% (12 s, ~18 s left)`` is printed at most every
-:data:`PLAIN_EVERY` seconds instead, so captured logs stay readable. ``configure(quiet=True)``
+a plain line ``symattn: <what>: 40% (12 s, ~18 s left)`` is printed instead — the first after
+:data:`PLAIN_FIRST` seconds, then at most every :data:`PLAIN_EVERY` seconds — so captured logs
+stay readable and no long step is silent for more than a few seconds. ``configure(quiet=True)``
 (the CLI's ``--quiet``) silences both notes and progress. Notes (estimates before long work) are
 printed only once the command line has called :func:`configure`; library calls stay silent
 apart from the progress bars they ask for.
@@ -12,7 +13,8 @@ from __future__ import annotations
 import sys
 import time as _time
 
-PLAIN_EVERY = 10.0          # seconds between plain progress lines
+PLAIN_FIRST = 5.0           # seconds before the first plain progress line
+PLAIN_EVERY = 20.0          # seconds between later plain progress lines
 _STATE = {"quiet": False, "notes": False}
 
 
@@ -59,7 +61,8 @@ class Progress:
             self.bar.update(done - self.done)
         else:
             now = _time.monotonic()
-            if now - self.last >= PLAIN_EVERY and done > 0:
+            wait = PLAIN_FIRST if self.last == self.t0 else PLAIN_EVERY
+            if now - self.last >= wait and done > 0:
                 self.last = now
                 el = now - self.t0
                 left = el * (self.total - done) / done
