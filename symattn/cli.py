@@ -66,10 +66,10 @@ def _load(args):
     return load_spec(args.spec, settings=args.set)
 
 
-def _write_table(table, out):
-    """CSV to --out (atomic) or stdout, one number format (10 significant digits)."""
+def _write_table(table, out, digits=10, header=""):
+    """CSV to --out (atomic) or stdout, one number format (``digits`` significant digits; None: exact)."""
     from .integration import csv_text
-    text = csv_text(table)
+    text = header + csv_text(table, digits)
     if out:
         from .files import atomic_write
         atomic_write(out, text)
@@ -206,23 +206,12 @@ def cmd_simulate(args):
                        backend=args.backend, device=args.device, dtype=args.dtype, log_time=args.log_time)
     except KeyboardInterrupt:
         if partial and partial.get("table"):
-            from .files import atomic_write
-            from .integration import csv_text
             t = partial["table"]["time"]
-            atomic_write(args.out, f"# partial: interrupted; {len(t)} of {args.points} time points, "
-                                   f"up to time {t[-1]:.6g}\n" + csv_text(partial["table"], digits=None))
-            _WRITTEN.append(f"{args.out} (partial, marked as such in its first line)")
+            _write_table(partial["table"], args.out, digits=None,
+                         header=f"# partial: interrupted; {len(t)} of {args.points} time points, up to time {t[-1]:.6g}\n")
+            _WRITTEN[-1] = f"{args.out} (partial, marked as such in its first line)"
         raise
-    if args.out:
-        from .files import atomic_write
-        from .integration import csv_text
-        atomic_write(args.out, csv_text(res.table, digits=None))
-        _WRITTEN.append(args.out)
-        print(f"wrote {args.out} ({len(res.table['time'])} rows, {len(res.seeds)} seeds, d = {res.dim})",
-              file=sys.stderr)
-    else:
-        from .integration import csv_text
-        sys.stdout.write(csv_text(res.table, digits=None))
+    _write_table(res.table, args.out, digits=None)
 
 
 def _dims(text):

@@ -85,7 +85,7 @@ def expand(grid: dict) -> list:
     from .spec import load_spec
 
     keys = list(grid["grid"])
-    tasks = []
+    tasks, specs = [], {}
     for values in itertools.product(*(grid["grid"][k] for k in keys)):
         point = dict(zip(keys, values))
         dim, seed = point.pop("dim", None), point.pop("seed", 0)
@@ -93,7 +93,10 @@ def expand(grid: dict) -> list:
             raise SpecError(f"grid.dim: expected whole numbers >= 1, got {dim!r}")
         if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
             raise SpecError(f"grid.seed: expected whole numbers >= 0, got {seed!r}")
-        spec = load_spec(grid["spec"], settings=point)
+        pkey = json.dumps(point, sort_keys=True, default=repr)
+        if pkey not in specs:                      # one validation per grid point, not per seed
+            specs[pkey] = load_spec(grid["spec"], settings=point)
+        spec = specs[pkey]
         task = {"spec": grid["spec"], "settings": point, "dim": dim, "seed": seed, "command": grid["command"],
                 "time": grid["time"], "points": grid["points"], "log_time": grid["log_time"],
                 "spec_digest": spec.digest, "version": __version__}

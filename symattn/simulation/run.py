@@ -304,7 +304,8 @@ def simulate(spec, dim, seeds=1, time=1.0, points=21, *, seed0=0, workers=None, 
         init = order_parameters(spec, draw_initial(spec, dim, seed0), dim)
         pot.calibrate({k: init[k] for k in names})
     seed_list = list(range(seed0, seed0 + seeds))
-    job = dict(spec=spec, dim=dim, loss_grad=build_loss(spec).compile_gradient(), steps=steps,
+    job = dict(spec=spec, dim=dim, steps=steps,
+               loss_grad=build_loss(spec).compile_gradient() if backend == "numpy" else None,
                potential=pot, potential_names=names, test_samples=test_samples, spectra=bool(spectra),
                dtype=np.dtype(dtype))
     tgrid = steps * alpha / dim
