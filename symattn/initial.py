@@ -14,19 +14,7 @@ from .symbolic import freeprob
 
 def laws(spec: Spec) -> list:
     """The initial law of every index, in spec order."""
-    out = []
-    for ix in spec.indices:
-        par = ix.parameterization
-        if par == "tied":
-            out.append(freeprob.Wishart(ix.width, ix.sigma))
-        elif par == "untied":
-            su, sv = ix.sigmas
-            out.append(freeprob.Untied(ix.width, su, sv))
-        elif par == "direct":
-            out.append(freeprob.GOE(ix.sigma))
-        else:
-            out.append(freeprob.Identity(ix.scale))
-    return out
+    return [ix.kind.law(ix) for ix in spec.indices]
 
 
 def free_moments(spec, words) -> np.ndarray:

@@ -18,10 +18,11 @@ import numpy as np
 import sympy as sp
 
 from .errors import SpecError
+from .kinds import KINDS
 from .symbolic.parse import ExpressionError, parse_expression
 
 ACTIVATIONS = ("linear", "h1", "h2", "h3", "softmax", "relu", "tanh")
-PARAMETERIZATIONS = ("direct", "tied", "untied", "identity")
+PARAMETERIZATIONS = tuple(KINDS)          # the registered kinds (symattn.kinds)
 ROLES = ("student", "teacher")
 READOUTS = ("sum", "mean")
 
@@ -59,14 +60,19 @@ class Index:
         return self.role == "student"
 
     @property
+    def kind(self):
+        """The parameterisation kind (symattn.kinds): the one place a name becomes a kind."""
+        return KINDS[self.parameterization]
+
+    @property
     def symmetric(self) -> bool:
-        """S_k = S_k^T (everything but untied)."""
-        return self.parameterization != "untied"
+        """S_k = S_k^T."""
+        return self.kind.symmetric
 
     @property
     def centred(self) -> bool:
-        """G is centred for tied, direct and identity indices, not for untied (docs/theory.md §1)."""
-        return self.parameterization != "untied"
+        """G is centred by C Tr S/√d (docs/theory.md §1)."""
+        return self.kind.centred
 
     @property
     def sigma(self) -> float:
@@ -153,10 +159,6 @@ class Spec:
         if dim is None:
             raise SpecError(f"{self.source}: training.learning_rate: ε = α·d/B depends on d; pass --dim D")
         return self.learning_rate * dim / self.batch_size
-
-    @property
-    def parameterizations(self) -> set:
-        return {self.indices[k].parameterization for k in self.students}
 
 
 def _fail(src, key, msg):
@@ -313,24 +315,29 @@ def _index(src, n, raw, seen):
     par = raw.get("parameterization")
     if par not in PARAMETERIZATIONS:
         _fail(src, f"{key}.parameterization", f"expected one of {', '.join(PARAMETERIZATIONS)}, got {par!r}")
-    if par == "identity" and role == "student":
-        _fail(src, f"{key}.parameterization", "identity is teacher-only; a student is direct, tied or untied")
+    kind = KINDS[par]
+    if role == "student" and not kind.trainable:
+        trainable = ", ".join(n for n, k in KINDS.items() if k.trainable)
+        _fail(src, f"{key}.parameterization", f"{par} is teacher-only; a student is {trainable}")
     width = _number(src, f"{key}.width", raw.get("width", 1.0), low=0.0, strict=True, high=MAX_WIDTH)
-    if "width" in raw and par in ("direct", "identity"):
-        _fail(src, f"{key}.width", f"not used by a {par} index; allowed for tied and untied")
-    if "init_scale" in raw and par == "identity":
-        _fail(src, f"{key}.init_scale", "not used by an identity index (S = scale·I); give scale")
+    if "width" in raw and not kind.uses_width:
+        allowed = " and ".join(n for n, k in KINDS.items() if k.uses_width)
+        _fail(src, f"{key}.width", f"not used by a {par} index; allowed for {allowed}")
+    if "init_scale" in raw and not kind.uses_init_scale:
+        _fail(src, f"{key}.init_scale", f"not used by a {par} index (S = scale·I); give scale")
     init = raw.get("init_scale", 1.0)
     if isinstance(init, list):
-        if par != "untied" or len(init) != 2:
-            _fail(src, f"{key}.init_scale", "a pair [σ_U, σ_V] is allowed only for untied indices")
+        if not kind.init_pair or len(init) != 2:
+            allowed = " and ".join(n for n, k in KINDS.items() if k.init_pair)
+            _fail(src, f"{key}.init_scale", f"a pair [σ_U, σ_V] is allowed only for {allowed} indices")
         init = tuple(_number(src, f"{key}.init_scale", v, low=0.0, high=MAX_SCALE) for v in init)
     else:
         init = (_number(src, f"{key}.init_scale", init, low=0.0, high=MAX_SCALE),)
-    if par in ("tied", "untied") and min(init) == 0.0:
+    if kind.positive_init and min(init) == 0.0:
         _fail(src, f"{key}.init_scale", f"must be > 0 for a {par} index (zero factors never move)")
-    if "scale" in raw and par != "identity":
-        _fail(src, f"{key}.scale", "only an identity teacher has a scale")
+    if "scale" in raw and not kind.uses_scale:
+        allowed = " and ".join(n for n, k in KINDS.items() if k.uses_scale)
+        _fail(src, f"{key}.scale", f"only an {allowed} teacher has a scale")
     scale = _number(src, f"{key}.scale", raw.get("scale", 1.0), high=MAX_SCALE)
     return Index(name=name, role=role, parameterization=par, width=width, init_scale=init, scale=scale)
 

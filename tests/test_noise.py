@@ -49,7 +49,8 @@ def make(act="linear", B=1, eps=0.1, student="tied", kappa=1.0, sigma=1.0, kappa
 
 # ---------------------------------------------------------------------------- 1. one-step generator
 def _dense(model):
-    return [(s["W"] @ s["W"].T) if p == "tied" else np.array(s["S"]) for s, p in zip(model.state, model.par)]
+    return [(s["W"] @ s["W"].T) if ix.parameterization == "tied" else np.array(s["S"])
+            for s, ix in zip(model.state, model.spec.indices)]
 
 
 def _ghat(model, X, xi):
@@ -94,7 +95,7 @@ def one_step_noise(spec, d, seeds=3, batches=150):
             for a in (alpha, -alpha):
                 new = list(Ss)
                 for k, g in Gh.items():
-                    if model.par[k] == "tied":
+                    if model.spec.indices[k].parameterization == "tied":
                         A = np.eye(d) - 2 * a * g
                         new[k] = A @ Ss[k] @ A
                     else:

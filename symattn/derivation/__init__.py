@@ -11,8 +11,8 @@ def estimate_size(spec, truncation: int) -> dict:
     letter strings visited by the enumeration (Σ_w n^w) of a hierarchy, before building it."""
     n = sum(1 if ix.symmetric else 4 for ix in spec.indices)
     M = int(truncation)
-    if {spec.indices[k].parameterization for k in spec.students} == {"direct"}:
-        M = 2                                    # the direct system closes at M = 2
+    if all(spec.indices[k].kind.closes for k in spec.students):
+        M = 2                                    # a length-preserving (direct) system closes at M = 2
     return {"letters": n, "moments": sum(n**w / (2 * w) for w in range(1, M + 1)),
             "strings": sum(n**w for w in range(1, M + 1)), "truncation": M}
 
@@ -43,7 +43,7 @@ def derive(spec, truncation: int | None = None, tol: float = 1e-8):
     big = f", of the order of {est['moments']:.2g} moments" if est["moments"] > 1e4 else ""
     note(f"deriving {spec.name} (M = {est['truncation']}, {est['letters']} letters{big})")
     P = Potential(spec, tol=tol)
-    if any(spec.indices[k].parameterization == "untied" for k in range(spec.K)):
+    if not all(ix.symmetric for ix in spec.indices):       # Ω ≠ Ψ: the untied system (docs/theory.md §6)
         from .untied import derive_untied
         return derive_untied(spec, truncation, potential=P)
     return derive_symmetric(spec, truncation, potential=P)

@@ -151,22 +151,12 @@ TERM_DTYPE = np.dtype([("row", np.int64), ("c1", np.int64), ("c2", np.int64), ("
 
 
 def letter_flows(spec: Spec, coef_index) -> dict:
-    """Flow of every trainable letter: letter -> [(coef key, replacement letters, factor)]."""
+    """Flow of every trainable letter: letter -> [(coef key, replacement letters, factor)] (each
+    student's kind, symattn.kinds)."""
     flows = {}
-    K = spec.K
+    sym = [ix.symmetric for ix in spec.indices]
     for k in spec.students:
-        par = spec.indices[k].parameterization
-        S = (k, "S")
-        if par == "tied":
-            items = [(coef_index[f"Gamma_{k}_{l}"], ((l, "S"), S), -4.0) for l in range(K)]
-            items += [(coef_index[f"Gamma_{k}_{l}"], (S, (l, "S")), -4.0) for l in range(K)]
-            items.append((coef_index["gamma"], (S,), -2.0))
-        elif par == "direct":
-            items = [(coef_index[f"Gamma_{k}_{l}"], ((l, "S"),), -2.0) for l in range(K)]
-            items.append((coef_index["gamma"], (S,), -1.0))
-        else:
-            raise NotImplementedError(f"letter flow of a {par} index is built in derive.untied")
-        flows[S] = items
+        flows.update(spec.indices[k].kind.letter_flow(k, spec.K, coef_index, sym))
     return flows
 
 
@@ -212,9 +202,8 @@ def derive_symmetric(spec, truncation: int | None = None, potential: Potential |
     alphabet = Alphabet([ix.symmetric for ix in spec.indices])
     if not all(alphabet.symmetric):
         raise NotImplementedError("untied indices: use derive.untied")
-    pars = {spec.indices[k].parameterization for k in spec.students}
-    # direct flows preserve the word length: the direct-only system closes at M = 2 (§4)
-    M = 2 if pars == {"direct"} else M
+    # flows that preserve the word length (direct S) close the system at M = 2 (§4)
+    M = 2 if all(spec.indices[k].kind.closes for k in spec.students) else M
     words = [()] + alphabet.words(M)
     coef_names = symmetric_coef_names(spec)
     cidx = {n: i for i, n in enumerate(coef_names)}

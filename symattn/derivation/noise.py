@@ -34,32 +34,6 @@ from ..symbolic.loss import g_symbol
 from .potential import GaussianExpectation
 
 
-def fluctuation_forms(par: str, letter) -> list:
-    """(left letters, 'd' for δ or 't' for δᵀ, right letters, coefficient/α) of a letter's fluctuation."""
-    k, op = letter
-    if par == "tied":
-        S = (k, "S")
-        return [((), "d", (S,), -2.0), ((S,), "d", (), -2.0)]
-    if par == "direct":
-        return [((), "d", (), -1.0)]
-    M, T, A, B = (k, "S"), (k, "T"), (k, "A"), (k, "B")
-    return {"S": [((), "d", (B,), -1.0), ((A,), "d", (), -1.0)],
-            "T": [((B,), "t", (), -1.0), ((), "t", (A,), -1.0)],
-            "A": [((), "d", (T,), -1.0), ((M,), "t", (), -1.0)],
-            "B": [((), "t", (M,), -1.0), ((T,), "d", (), -1.0)]}[op]
-
-
-def second_order(par: str, letter) -> list:
-    """(coefficient/α², kinds, middle letters) of the second-order term δ_a·middle·δ_b of one letter."""
-    k, op = letter
-    if par == "tied":
-        return [(4.0, "dd", ((k, "S"),))]
-    if par == "direct":
-        return []
-    return {"S": [(1.0, "dd", ((k, "T"),))], "T": [(1.0, "tt", ((k, "S"),))],
-            "A": [(1.0, "dt", ((k, "B"),))], "B": [(1.0, "td", ((k, "A"),))]}[op]
-
-
 def nu_name(spec, k: int, l: int, kinds: str = "dd") -> str:
     """Coefficient name of the contraction of δ_k and δ_l: nu (a symmetric member), else nu1 / nu2."""
     a, b = sorted((k, l))
@@ -124,7 +98,7 @@ def nu_expectations(potential, tol: float = 2e-2) -> dict:
 def noise_terms(spec, words, alphabet, coef_index, truncation) -> dict:
     """Sparse quadratic terms (row, c1, c2, key) -> value of the ε-corrections (module docstring)."""
     index = {w: n for n, w in enumerate(words)}
-    par = {k: spec.indices[k].parameterization for k in spec.students}
+    kind = {k: spec.indices[k].kind for k in spec.students}
     acc = defaultdict(float)
 
     def col(word):
@@ -138,17 +112,17 @@ def noise_terms(spec, words, alphabet, coef_index, truncation) -> dict:
             acc[(row, a, b, coef_index[key])] += val
 
     for row, w in enumerate(words):
-        pos = [i for i, (k, op) in enumerate(w) if k in par]
+        pos = [i for i, (k, op) in enumerate(w) if k in kind]
         for i in pos:                                   # second order of one letter
             k = w[i][0]
-            for c, kinds, middle in second_order(par[k], w[i]):
+            for c, kinds, middle in kind[k].second_order(w[i]):
                 add(row, col(w[:i] + w[i + 1:]), col(middle), nu_name(spec, k, k, kinds), c)
         for x, i in enumerate(pos):                      # pair contractions
             for j in pos[x + 1:]:
                 k, l = w[i][0], w[j][0]
                 X1, X2 = w[i + 1:j], w[j + 1:] + w[:i]
-                for La, ta, Ra, ca in fluctuation_forms(par[k], w[i]):
-                    for Lb, tb, Rb, cb in fluctuation_forms(par[l], w[j]):
+                for La, ta, Ra, ca in kind[k].fluctuation_forms(w[i]):
+                    for Lb, tb, Rb, cb in kind[l].fluctuation_forms(w[j]):
                         add(row, col(Ra + X1 + Lb), col(Rb + X2 + La), nu_name(spec, k, l, ta + tb), ca * cb)
     return acc
 

@@ -70,52 +70,12 @@ def untied_coef_names(K) -> list:
 
 
 def untied_letter_flows(spec: Spec, cidx: dict) -> dict:
-    """letter -> [(coef key, replacement letters, factor)] for every trainable letter (module doc)."""
-    K = spec.K
+    """letter -> [(coef key, replacement letters, factor)] for every trainable letter (module doc;
+    each student's kind, symattn.kinds)."""
     sym = [ix.symmetric for ix in spec.indices]
-
-    def L(l, op):
-        return (l, "S") if sym[l] else (l, op)
-
     flows = {}
     for k in spec.students:
-        par = spec.indices[k].parameterization
-        g = cidx["gamma"]
-        if par == "untied":
-            b = cidx[f"beta_{k}"]
-            M, T, A, B = (k, "S"), (k, "T"), (k, "A"), (k, "B")
-            fM = [(b, (A,), -1.0), (b, (B,), -1.0), (g, (M,), -2.0)]
-            fT = [(b, (A,), -1.0), (b, (B,), -1.0), (g, (T,), -2.0)]
-            fA = [(b, (M,), -1.0), (b, (T,), -1.0), (g, (A,), -2.0)]
-            fB = [(b, (M,), -1.0), (b, (T,), -1.0), (g, (B,), -2.0)]
-            for l in range(K):
-                o, p = cidx[f"GO_{k}_{l}"], cidx[f"GP_{k}_{l}"]
-                Ml, Tl = L(l, "S"), L(l, "T")
-                fM += [(o, (Ml, B), -2.0), (o, (A, Ml), -2.0), (p, (Tl, B), -2.0), (p, (A, Tl), -2.0)]
-                fT += [(o, (B, Tl), -2.0), (o, (Tl, A), -2.0), (p, (B, Ml), -2.0), (p, (Ml, A), -2.0)]
-                fA += [(o, (Ml, T), -2.0), (o, (M, Tl), -2.0), (p, (Tl, T), -2.0), (p, (M, Ml), -2.0)]
-                fB += [(o, (Tl, M), -2.0), (o, (T, Ml), -2.0), (p, (Ml, M), -2.0), (p, (T, Tl), -2.0)]
-            flows[M], flows[T], flows[A], flows[B] = fM, fT, fA, fB
-        elif par in ("tied", "direct"):
-            S = (k, "S")
-            items = []
-            for l in range(K):
-                G = cidx[f"Gamma_{k}_{l}"]
-                if sym[l]:
-                    reps = [((l, "S"),)]
-                    w = 1.0
-                else:                                   # S_l -> (M_l + M_lᵀ)/2
-                    reps = [((l, "S"),), ((l, "T"),)]
-                    w = 0.5
-                for r in reps:
-                    if par == "tied":
-                        items += [(G, r + (S,), -4.0 * w), (G, (S,) + r, -4.0 * w)]
-                    else:
-                        items.append((G, r, -2.0 * w))
-            items.append((g, (S,), -2.0 if par == "tied" else -1.0))
-            flows[S] = items
-        else:  # pragma: no cover - identity is teacher-only
-            raise NotImplementedError(par)
+        flows.update(spec.indices[k].kind.letter_flow(k, spec.K, cidx, sym))
     return flows
 
 

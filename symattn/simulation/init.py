@@ -1,10 +1,10 @@
 """Initial matrices of a simulation (docs/theory.md §3 "Initialisation", §7 "Sampled initial conditions").
 
-``draw_initial(spec, dim, rng)`` returns one dict per index, in spec order:
-``{'W': W}`` (tied, S = WW^T), ``{'U': U, 'V': V}`` (untied, S = UV^T), ``{'S': S}`` (direct,
-identity). Factor entries are N(0, σ²/d) with d_k = round(κ d) columns; a direct S is σ·Z with
-Z = (A + A^T)/√(2d) a GOE matrix (Tr Z²/d → 1; nothing is drawn when σ = 0); an identity
-teacher is scale·I (nothing drawn).
+``draw_initial(spec, dim, rng)`` returns one dict per index, in spec order, each index's kind
+drawing its own factors (symattn.kinds): ``{'W': W}`` (tied, S = WW^T), ``{'U': U, 'V': V}``
+(untied, S = UV^T), ``{'S': S}`` (direct, identity). Factor entries are N(0, σ²/d) with
+d_k = round(κ d) columns; a direct S is σ·Z with Z = (A + A^T)/√(2d) a GOE matrix (Tr Z²/d → 1;
+nothing is drawn when σ = 0); an identity teacher is scale·I (nothing drawn).
 
 **Seed policy.** Every random stream of a simulation derives from (seed, d, what it is for)
 through ``numpy.random.SeedSequence``: index k's initial matrices from ``stream(seed, d,
@@ -18,24 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..spec import Spec, SpecError
-
-
-def factor_width(spec: Spec, k: int, dim: int) -> int:
-    """d_k = round(κ_k d) of a tied/untied index (≥ 1, else SpecError)."""
-    ix = spec.indices[k]
-    dk = int(round(ix.width * dim))
-    if dk < 1:
-        raise SpecError(f"{spec.source}: indices[{k}].width: κ·d = {ix.width}·{dim} rounds to 0 columns; "
-                        f"use a larger --dim or width")
-    return dk
-
-
-def goe(dim: int, rng) -> np.ndarray:
-    """Symmetric Gaussian matrix Z = (A + A^T)/√(2d), off-diagonal variance 1/d, Tr Z²/d → 1."""
-    A = rng.standard_normal((dim, dim))
-    return (A + A.T) / np.sqrt(2.0 * dim)
-
+from ..kinds import factor_width, goe  # noqa: F401 (re-exported)
+from ..spec import Spec
 
 BATCHES, INITIAL, TEST = 0, 1, 7919      # the purposes of a simulation's random streams
 
@@ -51,29 +35,12 @@ def draw_initial(spec: Spec, dim: int, rng) -> list:
 
     ``rng``: a seed (int: seed policy of the module docstring) or a Generator (drawn in order)."""
     out = []
-    sq = np.sqrt(dim)
     seeded = isinstance(rng, (int, np.integer)) and not isinstance(rng, bool)
     seed = int(rng) if seeded else None
     for k, ix in enumerate(spec.indices):
         if seeded:
             rng = stream(seed, dim, INITIAL, k)
-        par = ix.parameterization
-        if par == "tied":
-            dk = factor_width(spec, k, dim)
-            out.append({"W": rng.standard_normal((dim, dk)) * (ix.sigma / sq)})
-        elif par == "untied":
-            dk = factor_width(spec, k, dim)
-            su, sv = ix.sigmas
-            U = rng.standard_normal((dim, dk)) * (su / sq)
-            V = rng.standard_normal((dim, dk)) * (sv / sq)
-            out.append({"U": U, "V": V})
-        elif par == "direct":
-            S = goe(dim, rng) * ix.sigma if ix.sigma != 0 else np.zeros((dim, dim))
-            out.append({"S": S})
-        elif par == "identity":
-            out.append({"S": ix.scale * np.eye(dim)})
-        else:  # pragma: no cover - spec validation forbids it
-            raise SpecError(f"{spec.source}: indices[{k}].parameterization: unknown {par!r}")
+        out.append(ix.kind.draw(ix, dim, rng))
     return out
 
 

@@ -21,40 +21,29 @@ def _T(A):
     return A.swapaxes(-1, -2)
 
 
-def _factors(par: str, s: dict):
-    """(kind, left, right) with S = left·right^T ('f'), dense ('d') or c·I ('i')."""
-    if par == "tied":
-        return "f", s["W"], s["W"]
-    if par == "untied":
-        return "f", s["U"], s["V"]
-    if par == "identity":
-        return "i", (s["scale"] if "scale" in s else float(s["S"][0, 0])), None
-    return "d", s["S"], None
-
-
-def trace(par: str, s: dict, dim: int | None = None):
-    """Tr S (unnormalised; per seed for a batched state)."""
-    kind, A, Bm = _factors(par, s)
-    if kind == "f":
+def trace(kind, s: dict, dim: int | None = None):
+    """Tr S (unnormalised; per seed for a batched state); ``kind`` from symattn.kinds."""
+    form, A, Bm = kind.form(s)
+    if form == "f":
         return _einsum("...ij,...ij->...", A, Bm)
-    if kind == "i":
+    if form == "i":
         return A * (dim if dim is not None else s["S"].shape[0])
     return _einsum("...ii->...", A)
 
 
-def trace_product(par_a: str, sa: dict, par_b: str, sb: dict, transpose_b: bool = False, dim: int | None = None):
+def trace_product(kind_a, sa: dict, kind_b, sb: dict, transpose_b: bool = False, dim: int | None = None):
     """Tr(S_a S_b) or, with ``transpose_b``, Tr(S_a S_b^T) (unnormalised; per seed when batched)."""
-    ka, La, Ra = _factors(par_a, sa)
-    kb, Lb, Rb = _factors(par_b, sb)
+    ka, La, Ra = kind_a.form(sa)
+    kb, Lb, Rb = kind_b.form(sb)
     if transpose_b:
         if kb == "f":
             Lb, Rb = Rb, Lb
         elif kb == "d":
             Lb = _T(Lb)
     if ka == "i":
-        return La * trace(par_b, sb, dim)
+        return La * trace(kind_b, sb, dim)
     if kb == "i":
-        return Lb * trace(par_a, sa, dim)
+        return Lb * trace(kind_a, sa, dim)
     if ka == "f" and kb == "f":
         A = _T(Ra) @ Lb
         if La is Ra and Lb is Rb:       # tied pair: ‖W_a^T W_b‖²
@@ -69,16 +58,15 @@ def trace_product(par_a: str, sa: dict, par_b: str, sb: dict, transpose_b: bool 
 
 def column_names(spec) -> list:
     """Measured order-parameter columns in docs/interface.md order (without time, loss, test_loss)."""
-    cols, names, par = [], spec.names, [ix.parameterization for ix in spec.indices]
+    cols, names, kinds = [], spec.names, [ix.kind for ix in spec.indices]
     for a, n in enumerate(names):
         cols.append(f"tr_{n}")
-        if par[a] == "untied":
-            cols += [f"m_{n}", f"trA_{n}", f"trB_{n}"]
+        cols += kinds[a].index_columns(n)
     for a in range(spec.K):
         for b in range(a, spec.K):
             p = f"{names[a]}_{names[b]}"
             cols += [f"q_{p}", f"p_{p}"]
-            if par[a] == "untied" and par[b] == "untied":
+            if not (kinds[a].symmetric or kinds[b].symmetric):     # Ω ≠ Ψ: Tr(S_a S_bᵀ) and Tr(S_a S_b)
                 cols += [f"q1_{p}", f"q2_{p}"]
     return cols
 
@@ -87,25 +75,21 @@ def order_parameter_arrays(spec, state: list, dim: int) -> dict:
     """tr, m, trA, trB, q, p, q1, q2 of the matrices in ``state`` (list of factor dicts), as arrays:
     0-d for one NumPy state, shape (seeds,) for a batched state (NumPy or torch, on its device)."""
     d, names = dim, spec.names
-    par = [ix.parameterization for ix in spec.indices]
+    kinds = [ix.kind for ix in spec.indices]
     out, tr = {}, []
     for a, n in enumerate(names):
-        t = trace(par[a], state[a], d)
+        t = trace(kinds[a], state[a], d)
         tr.append(t / d)
         out[f"tr_{n}"] = t / d
-        if par[a] == "untied":
-            U, V = state[a]["U"], state[a]["V"]
-            out[f"m_{n}"] = t / np.sqrt(d)
-            out[f"trA_{n}"] = _einsum("...ij,...ij->...", U, U) / d
-            out[f"trB_{n}"] = _einsum("...ij,...ij->...", V, V) / d
+        out.update(kinds[a].index_values(n, state[a], t, d, _einsum))
     for a in range(spec.K):
         for b in range(a, spec.K):
             p = f"{names[a]}_{names[b]}"
-            q = trace_product(par[a], state[a], par[b], state[b], dim=d) / d
+            q = trace_product(kinds[a], state[a], kinds[b], state[b], dim=d) / d
             out[f"q_{p}"] = q
             out[f"p_{p}"] = q - tr[a] * tr[b]
-            if par[a] == "untied" and par[b] == "untied":
-                out[f"q1_{p}"] = trace_product(par[a], state[a], par[b], state[b], transpose_b=True, dim=d) / d
+            if not (kinds[a].symmetric or kinds[b].symmetric):
+                out[f"q1_{p}"] = trace_product(kinds[a], state[a], kinds[b], state[b], transpose_b=True, dim=d) / d
                 out[f"q2_{p}"] = q
     return out
 
@@ -116,25 +100,9 @@ def order_parameters(spec, state: list, dim: int) -> dict:
 
 
 def student_spectra(spec, state: list, dim: int) -> dict:
-    """Sorted eigenvalues (length d) of every student's S, keyed by index name (issue 6).
-
-    tied: squares of the singular values of W (d×d_k), padded with zeros to d (S = WW^T is never
-    formed); direct: ``eigvalsh`` of the symmetrised S; untied: ``eigvalsh`` of the symmetric part
-    (UV^T + VU^T)/2 (S itself is not symmetric)."""
-    out = {}
-    for k in spec.students:
-        ix, s = spec.indices[k], state[k]
-        par = ix.parameterization
-        if par == "tied":
-            sv = np.linalg.svd(s["W"], compute_uv=False)
-            ev = np.concatenate([np.zeros(max(dim - len(sv), 0)), sv[:dim] ** 2])
-        elif par == "untied":
-            M = s["U"] @ s["V"].T
-            ev = np.linalg.eigvalsh(0.5 * (M + M.T))
-        else:
-            ev = np.linalg.eigvalsh(0.5 * (s["S"] + s["S"].T))
-        out[spec.names[k]] = np.sort(ev)
-    return out
+    """Sorted eigenvalues (length d) of every student's S (its symmetric part where S ≠ Sᵀ), keyed by
+    index name; each kind computes its own without forming S where it can (symattn.kinds)."""
+    return {spec.names[k]: np.sort(spec.indices[k].kind.spectrum(state[k], dim)) for k in spec.students}
 
 
 def test_loss(model, rng, samples: int = 4096, chunk: int = 1024) -> float:

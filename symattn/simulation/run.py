@@ -97,13 +97,8 @@ def estimate(spec, dim: int) -> dict:
     d, B, L = int(dim), spec.batch_size, spec.tokens
     cols = train = dense = 0
     for ix in spec.indices:
-        if ix.parameterization in ("tied", "untied"):
-            w = max(int(round(ix.width * d)), 1) * (2 if ix.parameterization == "untied" else 1)
-        elif ix.parameterization == "direct":
-            w = d
-            dense += d * d
-        else:
-            w = 0
+        w = ix.kind.columns(ix, d)
+        dense += ix.kind.dense_entries(d)
         cols += w
         train += w if ix.trainable else 0
     numbers = d * cols + B * L * d + B * L * (cols + train) + d * train + dense + B * L * L * spec.K * 4

@@ -1,12 +1,10 @@
 """One online-SGD step at finite d, dense batched BLAS (docs/theory.md §1, §3).
 
-Pre-activations ``G_ijk = x_i^T S_k x_j/√d`` (minus ``C_ij Tr S_k/√d`` for tied, direct and identity
-indices), the per-sample ∂𝓛/∂G from ``build_loss(spec).compile_gradient()`` (the theory's SymPy
-expression), then the chain rule to the factors with a batch of B samples X_b (L×d):
-
-    tied    ∇_W = Σ_b X_b^T (e_b + e_b^T) X_b W /(B√d) − 2 mean_b tr(e_b C) W/√d
-    untied  ∇_U = Σ_b X_b^T e_b X_b V /(B√d),   ∇_V = Σ_b X_b^T e_b^T X_b U /(B√d)
-    direct  ∇_S = Σ_b X_b^T sym(e_b) X_b /(B√d) − mean_b tr(e_b C) I/√d
+Pre-activations ``G_ijk = x_i^T S_k x_j/√d`` (minus ``C_ij Tr S_k/√d`` for centred kinds), the
+per-sample ∂𝓛/∂G from ``build_loss(spec).compile_gradient()`` (the theory's SymPy expression), then
+the chain rule to the factors with a batch of B samples X_b (L×d); each kind's part of the forward
+pass, gradient and update is in ``symattn.kinds`` (e.g. tied ∇_W = Σ_b X_bᵀ(e_b + e_bᵀ)X_b W/(B√d)
+− 2 mean_b tr(e_b C) W/√d).
 
 Every trained/frozen factor sits as columns of one d×n matrix F, so the forward pass is one
 (B·L)×d by d×n product and the backward pass one d×(B·L) by (B·L)×n_train product; the per-sample
@@ -16,43 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..kinds import transpose
 from ..spec import Spec
 from ..symbolic.loss import build_loss
 from .init import psd_sqrt
-
-_FACTORS = {"tied": ("W",), "untied": ("U", "V"), "direct": ("S",), "identity": ()}
-
-
-def _T(A):
-    return A.swapaxes(-1, -2)
-
-
-def index_preactivation(par, k, P, X, slices, XXt=None, scale=None):
-    """Uncentred, unscaled x_iᵀ S_k x_j of one index for a batch, from P = X F (any leading axes;
-    NumPy arrays or torch tensors): tied Y Yᵀ, untied P_U P_Vᵀ, direct P_S Xᵀ, identity c X Xᵀ."""
-    if par == "tied":
-        Y = P[..., slices[(k, "W")]]
-        return Y @ _T(Y)
-    if par == "untied":
-        return P[..., slices[(k, "U")]] @ _T(P[..., slices[(k, "V")]])
-    if par == "direct":
-        return P[..., slices[(k, "S")]] @ _T(X)
-    return scale * (XXt if XXt is not None else X @ _T(X))
-
-
-def index_backward(par, k, ek, P, X, slices, Z) -> None:
-    """Fill the columns of Z = ∂(batch loss)/∂(X F) that belong to index k from e_k = ∂𝓛/∂G_k:
-    tied (e + eᵀ) P_W, untied e P_V and eᵀ P_U, direct sym(e) X (docstring of this module)."""
-    ekT = _T(ek)
-    if par == "tied":
-        sl = slices[(k, "W")]
-        Z[..., sl] = (ek + ekT) @ P[..., sl]
-    elif par == "untied":
-        su, sv = slices[(k, "U")], slices[(k, "V")]
-        Z[..., su] = ek @ P[..., sv]
-        Z[..., sv] = ekT @ P[..., su]
-    else:                                            # direct: symmetric gradient
-        Z[..., slices[(k, "S")]] = (0.5 * (ek + ekT)) @ X
 
 
 class Model:
@@ -69,7 +34,7 @@ class Model:
         self.alpha = spec.step_size(self.d)
         self.gamma = spec.weight_decay
         self.B = spec.batch_size
-        self.par = [ix.parameterization for ix in spec.indices]
+        self.kinds = [ix.kind for ix in spec.indices]
         self.trainable = [ix.trainable for ix in spec.indices]
         self.noise = spec.label_noise if spec.loss is None else 0.0
         self.state = None
@@ -80,9 +45,9 @@ class Model:
         d = self.d
         blocks = []  # (k, name, ncols), trainable blocks first (they receive gradients)
         for train in (True, False):
-            for k, par in enumerate(self.par):
+            for k, kind in enumerate(self.kinds):
                 if self.trainable[k] == train:
-                    blocks += [(k, nm, state[k][nm].shape[1]) for nm in _FACTORS[par]]
+                    blocks += [(k, nm, state[k][nm].shape[1]) for nm in kind.factors]
         n = sum(b[2] for b in blocks)
         self.F = np.empty((d, n), dtype=self.dtype)
         self.slices, self.state, pos = {}, [dict() for _ in range(self.K)], 0
@@ -92,27 +57,25 @@ class Model:
             self.state[k][nm] = self.F[:, pos:pos + w]  # views into F: updates are in place
             pos += w
         self.n_train = sum(b[2] for b in blocks if self.trainable[b[0]])
-        for k, par in enumerate(self.par):
-            if par == "identity":
-                self.state[k]["S"] = np.asarray(state[k]["S"])
-                self.scale_id = getattr(self, "scale_id", {})
-                self.scale_id[k] = float(self.spec.indices[k].scale)
+        self.cols = [{nm: self.slices[(k, nm)] for nm in kind.factors} for k, kind in enumerate(self.kinds)]
+        self.scale = {}
+        for k, kind in enumerate(self.kinds):
+            if not kind.factors:                         # a frozen matrix without factors (c·I)
+                self.state[k] = {nm: np.asarray(v) for nm, v in state[k].items()}
+                self.scale[k] = kind.form(self.state[k])[1]
 
     def get_state(self) -> list:
         """A copy of the current factors (list of dicts)."""
         return [{nm: np.array(v) for nm, v in s.items()} for s in self.state]
 
     def trace(self, k: int) -> float:
-        """Tr S_k (unnormalised)."""
-        s, par = self.state[k], self.par[k]
-        if par == "tied":
-            W = s["W"]
-            return float(np.einsum("ij,ij->", W, W, dtype=np.float64))
-        if par == "untied":
-            return float(np.einsum("ij,ij->", s["U"], s["V"], dtype=np.float64))
-        if par == "identity":
-            return self.scale_id[k] * self.d
-        return float(np.trace(s["S"], dtype=np.float64))
+        """Tr S_k (unnormalised), accumulated in float64."""
+        form, A, Bm = self.kinds[k].form(self.state[k])
+        if form == "f":
+            return float(np.einsum("ij,ij->", A, Bm, dtype=np.float64))
+        if form == "i":
+            return A * self.d
+        return float(np.trace(A, dtype=np.float64))
 
     # ------------------------------------------------------------------ samples
     def sample(self, rng, B: int | None = None):
@@ -133,10 +96,10 @@ class Model:
         sq = np.sqrt(d)
         P = (X.reshape(B * L, d) @ self.F).reshape(B, L, -1)
         G = np.empty((B, L, L, self.K), dtype=self.dtype)
-        XXt = X @ _T(X) if "identity" in self.par else None
-        for k, par in enumerate(self.par):
-            g = index_preactivation(par, k, P, X, self.slices, XXt, getattr(self, "scale_id", {}).get(k))
-            if par != "untied":  # centred G (docs/theory.md §1)
+        XXt = X @ transpose(X) if self.scale else None
+        for k, kind in enumerate(self.kinds):
+            g = kind.preactivation(P, X, self.cols[k], XXt, self.scale.get(k))
+            if kind.centred:  # centred G (docs/theory.md §1)
                 g = g - (self.C * self.trace(k)).astype(self.dtype)
             G[..., k] = g / sq
         return G, P
@@ -159,12 +122,12 @@ class Model:
         e = e.astype(self.dtype, copy=False)
         Z = np.empty((B, L, self.n_train), dtype=self.dtype)
         c = np.zeros(self.K)
-        for k, par in enumerate(self.par):
+        for k, kind in enumerate(self.kinds):
             if not self.trainable[k]:
                 continue
             ek = e[..., k]
             c[k] = np.einsum("bij,ij->", ek, self.C) / B
-            index_backward(par, k, ek, P, X, self.slices, Z)
+            kind.backward(ek, P, X, self.cols[k], Z)
         g = X.reshape(B * L, d).T @ Z.reshape(B * L, self.n_train)
         g *= 1.0 / (B * np.sqrt(d))
         return g, c, float(np.mean(loss))
@@ -174,17 +137,10 @@ class Model:
         g, c, _ = self._grad(X, xi)
         sq = np.sqrt(self.d)
         out = [dict() for _ in range(self.K)]
-        for k, par in enumerate(self.par):
-            if not self.trainable[k]:
-                continue
-            for nm in _FACTORS[par]:
-                gk = g[:, self.slices[(k, nm)]].copy()
-                if par == "tied":
-                    gk -= 2 * c[k] / sq * self.state[k]["W"]
-                elif par == "direct":
-                    gk = 0.5 * (gk + gk.T)
-                    gk[np.diag_indices(self.d)] -= c[k] / sq
-                out[k][nm] = gk
+        for k, kind in enumerate(self.kinds):
+            if self.trainable[k]:
+                blocks = {nm: g[:, sl].copy() for nm, sl in self.cols[k].items()}
+                out[k] = kind.gradient(blocks, c[k], self.state[k], sq)
         return out
 
     def step(self, X, xi=None) -> float:
@@ -193,21 +149,15 @@ class Model:
         a, d = self.alpha, self.d
         sq = np.sqrt(d)
         decay = 1.0 - a * self.gamma / d
-        for k, par in enumerate(self.par):
+        for k, kind in enumerate(self.kinds):
             if not self.trainable[k]:
                 continue
-            if par == "direct":
-                sl = self.slices[(k, "S")]
-                gs = g[:, sl]
-                gs = 0.5 * (gs + gs.T)
-                S = self.state[k]["S"]
-                S *= decay
-                S -= a * gs
-                S[np.diag_indices(d)] += a * c[k] / sq
+            if not kind.fused_update:
+                for nm, sl in self.cols[k].items():
+                    kind.update(self.state[k][nm], g[:, sl], c[k], a, decay, sq)
             else:
-                factor = decay + (2 * a * c[k] / sq if par == "tied" else 0.0)
-                for nm in _FACTORS[par]:
-                    sl = self.slices[(k, nm)]
+                factor = decay + a * kind.rate(c[k], sq)
+                for sl in self.cols[k].values():
                     self.F[:, sl] *= factor
         mask = self._factor_mask()
         if mask is None:
@@ -220,24 +170,17 @@ class Model:
     def _factor_mask(self):
         """None when every trainable block is a factor (one fused update), else their slices."""
         if not hasattr(self, "_mask"):
-            direct = [k for k, p in enumerate(self.par) if self.trainable[k] and p == "direct"]
-            self._mask = None if not direct else [
-                self.slices[(k, nm)] for k, p in enumerate(self.par)
-                if self.trainable[k] and p != "direct" for nm in _FACTORS[p]]
+            own = [k for k, kind in enumerate(self.kinds) if self.trainable[k] and not kind.fused_update]
+            self._mask = None if not own else [
+                sl for k, kind in enumerate(self.kinds)
+                if self.trainable[k] and kind.fused_update for sl in self.cols[k].values()]
         return self._mask
 
     def norm_bound(self) -> float:
         """Cheap upper bound of max_k Tr(S_k S_k^T)/d (‖LR^T‖_F ≤ ‖L‖_F‖R‖_F)."""
         out = 0.0
-        for k, par in enumerate(self.par):
-            s = self.state[k]
-            if par == "tied":
-                v = np.sum(s["W"] ** 2) ** 2
-            elif par == "untied":
-                v = np.sum(s["U"] ** 2) * np.sum(s["V"] ** 2)
-            elif par == "direct":
-                v = np.sum(s["S"] ** 2)
-            else:
-                continue
-            out = max(out, v / self.d)
+        for k, kind in enumerate(self.kinds):
+            v = kind.norm_bound([np.sum(self.state[k][nm] ** 2) for nm in kind.factors])
+            if v is not None:
+                out = max(out, v / self.d)
         return float(out)

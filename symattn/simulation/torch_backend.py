@@ -28,9 +28,6 @@ from ..errors import NumericalFailure, UsageError
 from ..symbolic.loss import build_loss
 from .init import draw_initial, psd_sqrt
 from .measure import order_parameter_arrays
-from .sgd import index_backward, index_preactivation
-
-FACTORS = {"tied": ("W",), "untied": ("U", "V"), "direct": ("S",), "identity": ()}
 
 
 def import_torch():
@@ -62,10 +59,11 @@ class TorchModel:
         self.R = torch.as_tensor(psd_sqrt(C), dtype=self.dtype, device=self.device)
         self.loss_grad = loss_grad or build_loss(spec).compile_gradient(backend="torch")
         self.alpha, self.gamma = spec.step_size(self.d), spec.weight_decay
-        self.par = [ix.parameterization for ix in spec.indices]
+        self.kinds = [ix.kind for ix in spec.indices]
         self.trainable = [ix.trainable for ix in spec.indices]
         self.noise = spec.label_noise if spec.loss is None else 0.0
-        self.scale = {k: float(spec.indices[k].scale) for k, p in enumerate(self.par) if p == "identity"}
+        self.frozen = {k: kind.draw(spec.indices[k], 1, None) for k, kind in enumerate(self.kinds) if not kind.factors}
+        self.scale = {k: kind.form(self.frozen[k])[1] for k, kind in enumerate(self.kinds) if k in self.frozen}
 
     # ------------------------------------------------------------------ state
     def set_state(self, states: list) -> None:
@@ -73,9 +71,9 @@ class TorchModel:
         torch = self.torch
         blocks = []                      # (k, name, ncols), trainable blocks first
         for train in (True, False):
-            for k, par in enumerate(self.par):
+            for k, kind in enumerate(self.kinds):
                 if self.trainable[k] == train:
-                    blocks += [(k, nm, states[0][k][nm].shape[1]) for nm in FACTORS[par]]
+                    blocks += [(k, nm, states[0][k][nm].shape[1]) for nm in kind.factors]
         n = sum(b[2] for b in blocks)
         F = np.empty((self.S, self.d, n))
         self.slices, pos = {}, 0
@@ -86,44 +84,31 @@ class TorchModel:
             pos += w
         self.F = torch.as_tensor(F, dtype=self.dtype, device=self.device)
         self.n_train = sum(b[2] for b in blocks if self.trainable[b[0]])
+        self.cols = [{nm: self.slices[(k, nm)] for nm in kind.factors} for k, kind in enumerate(self.kinds)]
 
     @property
     def state(self) -> list:
-        """Batched factor dicts (views of F; identity: its scale), as ``measure`` reads them."""
-        out = []
-        for k, par in enumerate(self.par):
-            if par == "identity":
-                out.append({"scale": self.scale[k]})
-            else:
-                out.append({nm: self.F[:, :, self.slices[(k, nm)]] for nm in FACTORS[par]})
-        return out
+        """Batched factor dicts (views of F; a frozen c·I: its scale), as ``measure`` reads them."""
+        return [{"scale": self.scale[k]} if k in self.scale else
+                {nm: self.F[:, :, sl] for nm, sl in self.cols[k].items()} for k in range(self.K)]
 
     def get_state(self) -> list:
-        """Per-seed NumPy copies of the factors (identity: scale·I), the ``draw_initial`` format."""
+        """Per-seed NumPy copies of the factors (a frozen c·I: c·I), the ``draw_initial`` format."""
         F = self.F.double().cpu().numpy()
-        out = []
-        for s in range(self.S):
-            st = []
-            for k, par in enumerate(self.par):
-                if par == "identity":
-                    st.append({"S": self.scale[k] * np.eye(self.d)})
-                else:
-                    st.append({nm: F[s][:, self.slices[(k, nm)]].copy() for nm in FACTORS[par]})
-            out.append(st)
-        return out
+        return [[self.kinds[k].draw(self.spec.indices[k], self.d, None) if k in self.scale else
+                 {nm: F[s][:, sl].copy() for nm, sl in self.cols[k].items()} for k in range(self.K)]
+                for s in range(self.S)]
 
     def traces(self):
         """Tr S_k per seed, (S,) tensors, accumulated in float64."""
         out = []
-        for k, par in enumerate(self.par):
-            if par == "identity":
-                out.append(self.scale[k] * self.d)
-            elif par == "direct":
-                S_ = self.F[:, :, self.slices[(k, "S")]]
-                out.append(S_.diagonal(dim1=-2, dim2=-1).sum(-1, dtype=self.torch.float64))
+        for k, s in enumerate(self.state):
+            form, A, Bm = self.kinds[k].form(s)
+            if form == "i":
+                out.append(A * self.d)
+            elif form == "d":
+                out.append(A.diagonal(dim1=-2, dim2=-1).sum(-1, dtype=self.torch.float64))
             else:
-                a, b = (("W", "W") if par == "tied" else ("U", "V"))
-                A, Bm = self.F[:, :, self.slices[(k, a)]], self.F[:, :, self.slices[(k, b)]]
                 out.append((A * Bm).sum((-2, -1), dtype=self.torch.float64))
         return out
 
@@ -151,10 +136,10 @@ class TorchModel:
         P = (X.reshape(S, B * L, d) @ self.F).reshape(S, B, L, -1)
         traces = self.traces()
         gs = []
-        XXt = X @ X.transpose(-1, -2) if "identity" in self.par else None
-        for k, par in enumerate(self.par):
-            g = index_preactivation(par, k, P, X, self.slices, XXt, self.scale.get(k))
-            if par != "untied":                            # centred G (docs/theory.md §1)
+        XXt = X @ X.transpose(-1, -2) if self.scale else None
+        for k, kind in enumerate(self.kinds):
+            g = kind.preactivation(P, X, self.cols[k], XXt, self.scale.get(k))
+            if kind.centred:                               # centred G (docs/theory.md §1)
                 tr = torch.as_tensor(traces[k], device=self.device).to(self.dtype)
                 g = g - self.C * tr.reshape(-1, 1, 1, 1) if tr.ndim else g - self.C * tr
             gs.append(g / math.sqrt(d))
@@ -173,11 +158,11 @@ class TorchModel:
         loss, e = self.loss_grad(G, xi)
         Z = torch.empty((S, B, L, self.n_train), dtype=self.dtype, device=self.device)
         c = torch.zeros((self.K, S), dtype=self.dtype, device=self.device)
-        for k, par in enumerate(self.par):
+        for k, kind in enumerate(self.kinds):
             if not self.trainable[k]:
                 continue
             c[k] = torch.einsum("sbij,ij->s", e[..., k], self.C) / B
-            index_backward(par, k, e[..., k], P, X, self.slices, Z)
+            kind.backward(e[..., k], P, X, self.cols[k], Z)
         g = X.reshape(S, B * L, d).transpose(-1, -2) @ Z.reshape(S, B * L, self.n_train)
         g = g * (1.0 / (B * math.sqrt(d)))
         return g, c, loss.mean(dim=-1)
@@ -188,22 +173,16 @@ class TorchModel:
         a, d = self.alpha, self.d
         sq = math.sqrt(d)
         decay = 1.0 - a * self.gamma / d
-        for k, par in enumerate(self.par):
+        for k, kind in enumerate(self.kinds):
             if not self.trainable[k]:
                 continue
-            if par == "direct":
-                sl = self.slices[(k, "S")]
-                gs = g[..., sl]
-                gs = 0.5 * (gs + gs.transpose(-1, -2))
-                S_ = self.F[:, :, sl]
-                S_ *= decay
-                S_ -= a * gs
-                S_.diagonal(dim1=-2, dim2=-1).add_((a * c[k] / sq).reshape(-1, 1))
-                g[..., sl] = 0.0                          # applied above
+            if not kind.fused_update:
+                for sl in self.cols[k].values():
+                    kind.update(self.F[:, :, sl], g[..., sl], c[k].reshape(-1, 1), a, decay, sq)
+                    g[..., sl] = 0.0                      # applied above
             else:
-                factor = decay + (2 * a * c[k] / sq if par == "tied" else 0.0 * c[k])
-                for nm in FACTORS[par]:
-                    sl = self.slices[(k, nm)]
+                factor = decay + a * kind.rate(c[k], sq)
+                for sl in self.cols[k].values():
                     self.F[:, :, sl] *= factor.reshape(-1, 1, 1)
         self.F[:, :, :self.n_train] -= a * g
         return loss
@@ -212,13 +191,10 @@ class TorchModel:
         """max over indices of a cheap bound of Tr(S Sᵀ)/d, per seed (S,) (‖LRᵀ‖_F ≤ ‖L‖_F‖R‖_F)."""
         torch = self.torch
         out = torch.zeros(self.S, dtype=torch.float64, device=self.device)
-        for k, par in enumerate(self.par):
-            if par == "identity":
-                continue
-            blocks = [self.F[:, :, self.slices[(k, nm)]] for nm in FACTORS[par]]
-            sq = [(b.double() ** 2).sum((-2, -1)) for b in blocks]
-            v = sq[0] ** 2 if par == "tied" else (sq[0] * sq[1] if par == "untied" else sq[0])
-            out = torch.maximum(out, v / self.d)
+        for k, kind in enumerate(self.kinds):
+            v = kind.norm_bound([(self.F[:, :, sl].double() ** 2).sum((-2, -1)) for sl in self.cols[k].values()])
+            if v is not None:
+                out = torch.maximum(out, v / self.d)
         return out
 
 

@@ -1,0 +1,85 @@
+"""Tied S = W Wᵀ, W of shape d×(κd) (docs/theory.md §3, §5): PSD, trained through W."""
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Kind, factor_width, transpose
+
+
+class Tied(Kind):
+    name = "tied"
+    factors = ("W",)
+    uses_width = True
+    positive_init = True
+
+    def law(self, ix):
+        from ..symbolic.freeprob import Wishart
+        return Wishart(ix.width, ix.sigma)
+
+    def draw(self, ix, dim, rng):
+        """W with i.i.d. N(0, σ²/d) entries."""
+        return {"W": rng.standard_normal((dim, factor_width(ix, dim))) * (ix.sigma / np.sqrt(dim))}
+
+    def columns(self, ix, dim):
+        return max(int(round(ix.width * dim)), 1)
+
+    def realise(self, ix, N, rng, diagonal):
+        """Free Poisson (Marchenko–Pastur) quantiles; as a factor O diag(√λ) of its non-zero part."""
+        from ..symbolic.spectra import free_poisson_quantiles, haar_orthogonal
+        lam = free_poisson_quantiles(N, ix.width, ix.sigma ** 2)
+        if diagonal:
+            return "diag", lam
+        O = haar_orthogonal(N, rng)
+        nz = lam > 0
+        return "factor", O[:, nz] * np.sqrt(lam[nz])[None, :]
+
+    # SGD: ∇_W = Σ_b X_bᵀ (e_b + e_bᵀ) X_b W /(B√d) − 2 mean_b tr(e_b C) W/√d
+    def preactivation(self, P, X, cols, XXt=None, scale=None):
+        Y = P[..., cols["W"]]
+        return Y @ transpose(Y)
+
+    def backward(self, ek, P, X, cols, Z):
+        sl = cols["W"]
+        Z[..., sl] = (ek + transpose(ek)) @ P[..., sl]
+
+    def rate(self, c, sq):
+        return 2 * c / sq
+
+    def gradient(self, g, c, state, sq):
+        return {"W": g["W"] - 2 * c / sq * state["W"]}
+
+    def norm_bound(self, sqnorms):
+        return sqnorms[0] ** 2
+
+    def form(self, s):
+        return "f", s["W"], s["W"]
+
+    def spectrum(self, s, dim):
+        """Squares of the singular values of W, padded with zeros to d (S is never formed)."""
+        sv = np.linalg.svd(s["W"], compute_uv=False)
+        return np.concatenate([np.zeros(max(dim - len(sv), 0)), sv[:dim] ** 2])
+
+    # hierarchy: dS_k/dt = −4 Σ_l Γ_kl (S_l S_k + S_k S_l) − 2γ S_k (package time)
+    def letter_flow(self, k, K, cidx, symmetric):
+        S = (k, "S")
+        items = []
+        for l in range(K):
+            G = cidx[f"Gamma_{k}_{l}"]
+            for r, w in _reps(l, symmetric):
+                items += [(G, r + (S,), -4.0 * w), (G, (S,) + r, -4.0 * w)]
+        items.append((cidx["gamma"], (S,), -2.0))
+        return {S: items}
+
+    def fluctuation_forms(self, letter):
+        S = (letter[0], "S")
+        return [((), "d", (S,), -2.0), ((S,), "d", (), -2.0)]
+
+    def second_order(self, letter):
+        return [(4.0, "dd", ((letter[0], "S"),))]
+
+
+def _reps(l, symmetric):
+    """S_l in a flow: itself, or (M_l + M_lᵀ)/2 for a non-symmetric index."""
+    if symmetric[l]:
+        return [(((l, "S"),), 1.0)]
+    return [(((l, "S"),), 0.5), (((l, "T"),), 0.5)]

@@ -1,0 +1,99 @@
+"""Untied S = M = U Vᵀ, U and V of shape d×(κd) (docs/theory.md §6): not symmetric, uncentred,
+an O(1/√d) mean m = Tr M/√d with a fast phase. Letters: S = M, T = Mᵀ, A = U Uᵀ, B = V Vᵀ."""
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Kind, factor_width, transpose
+
+
+class Untied(Kind):
+    name = "untied"
+    factors = ("U", "V")
+    symmetric = False
+    centred = False
+    uses_width = True
+    init_pair = True
+    positive_init = True
+    spectral = False
+    fast_phase = True
+
+    def law(self, ix):
+        from ..symbolic.freeprob import Untied as UntiedLaw
+        su, sv = ix.sigmas
+        return UntiedLaw(ix.width, su, sv)
+
+    def draw(self, ix, dim, rng):
+        """U, V with i.i.d. N(0, σ_U²/d), N(0, σ_V²/d) entries."""
+        dk = factor_width(ix, dim)
+        su, sv = ix.sigmas
+        U = rng.standard_normal((dim, dk)) * (su / np.sqrt(dim))
+        V = rng.standard_normal((dim, dk)) * (sv / np.sqrt(dim))
+        return {"U": U, "V": V}
+
+    def columns(self, ix, dim):
+        return 2 * max(int(round(ix.width * dim)), 1)
+
+    # SGD: ∇_U = Σ_b X_bᵀ e_b X_b V /(B√d),  ∇_V = Σ_b X_bᵀ e_bᵀ X_b U /(B√d)
+    def preactivation(self, P, X, cols, XXt=None, scale=None):
+        return P[..., cols["U"]] @ transpose(P[..., cols["V"]])
+
+    def backward(self, ek, P, X, cols, Z):
+        su, sv = cols["U"], cols["V"]
+        Z[..., su] = ek @ P[..., sv]
+        Z[..., sv] = transpose(ek) @ P[..., su]
+
+    def norm_bound(self, sqnorms):
+        return sqnorms[0] * sqnorms[1]
+
+    def form(self, s):
+        return "f", s["U"], s["V"]
+
+    def index_columns(self, name):
+        return [f"m_{name}", f"trA_{name}", f"trB_{name}"]
+
+    def index_values(self, name, s, trace, dim, einsum):
+        U, V = s["U"], s["V"]
+        return {f"m_{name}": trace / np.sqrt(dim), f"trA_{name}": einsum("...ij,...ij->...", U, U) / dim,
+                f"trB_{name}": einsum("...ij,...ij->...", V, V) / dim}
+
+    def spectrum(self, s, dim):
+        """Eigenvalues of the symmetric part (U Vᵀ + V Uᵀ)/2."""
+        M = s["U"] @ s["V"].T
+        return np.linalg.eigvalsh(0.5 * (M + M.T))
+
+    def letters(self, k):
+        return ((k, "S"), (k, "T"), (k, "A"), (k, "B"))
+
+    def letter_flow(self, k, K, cidx, symmetric):
+        """Flows of M, Mᵀ, A = UUᵀ, B = VVᵀ (docs/theory.md §6): the fast mean enters through β_k."""
+        def L(l, op):
+            return (l, "S") if symmetric[l] else (l, op)
+
+        b, g = cidx[f"beta_{k}"], cidx["gamma"]
+        M, T, A, B = (k, "S"), (k, "T"), (k, "A"), (k, "B")
+        fM = [(b, (A,), -1.0), (b, (B,), -1.0), (g, (M,), -2.0)]
+        fT = [(b, (A,), -1.0), (b, (B,), -1.0), (g, (T,), -2.0)]
+        fA = [(b, (M,), -1.0), (b, (T,), -1.0), (g, (A,), -2.0)]
+        fB = [(b, (M,), -1.0), (b, (T,), -1.0), (g, (B,), -2.0)]
+        for l in range(K):
+            o, p = cidx[f"GO_{k}_{l}"], cidx[f"GP_{k}_{l}"]
+            Ml, Tl = L(l, "S"), L(l, "T")
+            fM += [(o, (Ml, B), -2.0), (o, (A, Ml), -2.0), (p, (Tl, B), -2.0), (p, (A, Tl), -2.0)]
+            fT += [(o, (B, Tl), -2.0), (o, (Tl, A), -2.0), (p, (B, Ml), -2.0), (p, (Ml, A), -2.0)]
+            fA += [(o, (Ml, T), -2.0), (o, (M, Tl), -2.0), (p, (Tl, T), -2.0), (p, (M, Ml), -2.0)]
+            fB += [(o, (Tl, M), -2.0), (o, (T, Ml), -2.0), (p, (Ml, M), -2.0), (p, (T, Tl), -2.0)]
+        return {M: fM, T: fT, A: fA, B: fB}
+
+    def fluctuation_forms(self, letter):
+        k, op = letter
+        M, T, A, B = (k, "S"), (k, "T"), (k, "A"), (k, "B")
+        return {"S": [((), "d", (B,), -1.0), ((A,), "d", (), -1.0)],
+                "T": [((B,), "t", (), -1.0), ((), "t", (A,), -1.0)],
+                "A": [((), "d", (T,), -1.0), ((M,), "t", (), -1.0)],
+                "B": [((), "t", (M,), -1.0), ((T,), "d", (), -1.0)]}[op]
+
+    def second_order(self, letter):
+        k, op = letter
+        return {"S": [(1.0, "dd", ((k, "T"),))], "T": [(1.0, "tt", ((k, "S"),))],
+                "A": [(1.0, "dt", ((k, "B"),))], "B": [(1.0, "td", ((k, "A"),))]}[op]
