@@ -104,6 +104,10 @@ class Kind:
         """The batch-mean gradient per factor from the packed blocks ``g`` (adds the trace terms)."""
         return g
 
+    def tangent(self, name: str, D):
+        """A direction D in factor ``name``'s space projected onto the kind's parameter set."""
+        return D
+
     def norm_bound(self, sqnorms):
         """Cheap bound of Tr(S Sᵀ) from the squared Frobenius norms of its factors."""
         return None

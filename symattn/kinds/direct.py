@@ -62,6 +62,9 @@ class Direct(Kind):
         gk[np.diag_indices(gk.shape[0])] -= c / sq
         return {"S": gk}
 
+    def tangent(self, name, D):
+        return 0.5 * (D + D.T)                      # S stays symmetric
+
     def norm_bound(self, sqnorms):
         return sqnorms[0]
 
