@@ -1,8 +1,9 @@
 """symattn: exact high-dimensional learning dynamics of attention-indexed models.
 
 Pipeline (folders follow it): spec -> symbolic (Gaussian expectations, word algebra, free
-probability) -> derivation (potential, hierarchies) -> codegen -> integration / spectral;
-simulation beside them; comparison and cli on top.
+probability) -> kinds (one class per parameterisation) -> initial -> derivation (potential,
+hierarchies) -> codegen -> integration / spectral; simulation beside them; comparison, sweep and
+cli on top.
 
 The public entry points are plain functions with real signatures, documented in
 docs/interface.md; they pickle (process pools, cluster executors). They are imported lazily, on
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 
-__version__ = "0.1.0"
+from .version import __version__
 
 # public name -> (module, attribute)
 _PUBLIC = {

@@ -357,7 +357,7 @@ def add_spectral_arguments(parser):
 
 
 def build_parser():
-    from . import __version__
+    from .version import __version__
 
     common = _common()
     p = argparse.ArgumentParser(prog="symattn", description=__doc__.splitlines()[0], formatter_class=_Formatter)

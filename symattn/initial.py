@@ -2,7 +2,15 @@
 
 ``free``: exact d → ∞ moments of asymptotically free initial laws (free probability).
 ``sample``: the moments of the very matrices ``simulate`` draws for (d, seed), so that theory and
-one simulation share their initial state.
+one simulation share their initial state (``draw_initial``).
+
+**Seed policy.** Every random stream of a simulation derives from (seed, d, what it is for)
+through ``numpy.random.SeedSequence``: index k's initial matrices from ``stream(seed, d,
+INITIAL, k)``, the batches from ``stream(seed, d, BATCHES)``, the test-loss samples from
+``stream(seed, d, TEST)``. Runs at different d are therefore independent (``compare --dims`` fits
+1/d through independent points), and an index's matrices do not change when another index is
+added to the spec. ``draw_initial(spec, d, s)`` with an integer s reproduces seed s's initial
+state; with a ``numpy.random.Generator`` it draws every index in spec order from that generator.
 """
 from __future__ import annotations
 
@@ -25,8 +33,6 @@ def free_moments(spec, words) -> np.ndarray:
 
 def sample_moments(spec, words, dim: int, seed: int = 0) -> np.ndarray:
     """μ_w(0) measured on the initial matrices of simulation seed ``seed`` at dimension ``dim``."""
-    from .simulation.init import draw_initial
-
     spec = load_spec(spec)
     factors = draw_initial(spec, dim, int(seed))
     out = np.ones(len(words))
@@ -51,4 +57,27 @@ def initial_order_parameters(spec) -> dict:
         a, b = ks
         second = {"q": "S", "q1": "T", "q2": "S"}[kind]
         out[name] = float(freeprob.free_moment(((a, "S"), (b, second)), laws(spec)))
+    return out
+
+
+BATCHES, INITIAL, TEST = 0, 1, 7919      # the purposes of a simulation's random streams
+
+
+def stream(seed: int, dim: int, purpose: int, index: int | None = None) -> np.random.Generator:
+    """The generator of one purpose of simulation seed ``seed`` at dimension ``dim`` (module docstring)."""
+    key = [int(seed), int(dim), int(purpose)] + ([] if index is None else [int(index)])
+    return np.random.default_rng(np.random.SeedSequence(key))
+
+
+def draw_initial(spec: Spec, dim: int, rng) -> list:
+    """Initial (student) / frozen (teacher) matrices of every index, docs/theory.md §3 laws, spec order.
+
+    ``rng``: a seed (int: seed policy of the module docstring) or a Generator (drawn in order)."""
+    out = []
+    seeded = isinstance(rng, (int, np.integer)) and not isinstance(rng, bool)
+    seed = int(rng) if seeded else None
+    for k, ix in enumerate(spec.indices):
+        if seeded:
+            rng = stream(seed, dim, INITIAL, k)
+        out.append(ix.kind.draw(ix, dim, rng))
     return out

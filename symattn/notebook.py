@@ -28,7 +28,7 @@ class Notebook:
         self.figdir.mkdir(parents=True, exist_ok=True)
         self._n = 0
         self._t0 = time.time()
-        from . import __version__
+        from .version import __version__
         print("QUICK =", QUICK, "| symattn", __version__, "from", Path(__file__).parent)
 
     def savefig(self, fig) -> Path:

@@ -81,8 +81,8 @@ def load_grid(path) -> dict:
 
 def expand(grid: dict) -> list:
     """The tasks of a grid: one dict per point of the product of its lists (spec checked)."""
-    from . import __version__
     from .spec import load_spec
+    from .version import __version__
 
     keys = list(grid["grid"])
     tasks, specs = [], {}

@@ -248,7 +248,7 @@ def module_source(system, kind: str, coefficient_lines: list, extra: str = "", e
     Always emits ``phi_and_grad`` (Φ and ∂Φ/∂θ); ``expectations`` adds value-only functions
     (E, function name, tag), e.g. the SGD-noise constants ν.
     """
-    from .. import __version__
+    from ..version import __version__
 
     P = system.potential
     spec_text = system.spec_text()

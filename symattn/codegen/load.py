@@ -46,7 +46,7 @@ def _digest(data: bytes) -> str:
 def _versions() -> str:
     import numba
 
-    from .. import __version__
+    from ..version import __version__
     return f"symattn-{__version__}-numba{numba.__version__}"
 
 

@@ -91,13 +91,13 @@ class MomentSystem:
 
     def initial(self, init="free", dim=None, seed=0) -> np.ndarray:
         """μ(0): free-probability limit, moments of simulate's seed matrices, or an explicit vector."""
-        from .. import initial as ic
+        from ..initial import free_moments, sample_moments
         if isinstance(init, str) and init == "free":
-            return ic.free_moments(self.spec, self.words)
+            return free_moments(self.spec, self.words)
         if isinstance(init, str) and init == "sample":
             if dim is None:
                 raise ValueError("init='sample' needs the dimension d")
-            return ic.sample_moments(self.spec, self.words, dim, seed)
+            return sample_moments(self.spec, self.words, dim, seed)
         return np.asarray(init, dtype=float)
 
     def observables(self, Y) -> dict:

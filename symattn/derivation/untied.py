@@ -240,15 +240,15 @@ class UntiedSystem:
         return y
 
     def pre_fast_state(self, init="free", dim=None, seed=0, means=None) -> np.ndarray:
-        from .. import initial as ic
+        from ..initial import free_moments, sample_moments
         n = self.n_moments
         y = np.zeros(self.size)
         if isinstance(init, str) and init == "free":
-            y[:n] = ic.free_moments(self.spec, self.words)
+            y[:n] = free_moments(self.spec, self.words)
         elif isinstance(init, str) and init == "sample":
             if dim is None:
                 raise ValueError("init='sample' needs the dimension d")
-            y[:n] = ic.sample_moments(self.spec, self.words, dim, seed)
+            y[:n] = sample_moments(self.spec, self.words, dim, seed)
             for k in self.mean_indices:
                 y[self.mean_state[k]] = np.sqrt(dim) * y[self.index(((k, "S"),))]
         else:
