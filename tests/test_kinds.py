@@ -15,11 +15,10 @@ import pytest
 
 from symattn.errors import SpecError
 from symattn.initial import free_moments, sample_moments
-from symattn.kinds import KINDS
+from symattn.kinds import KINDS, alphabet_of
 from symattn.simulation.init import draw_initial
 from symattn.simulation.sgd import Model
 from symattn.spec import load_spec
-from symattn.symbolic.words import Alphabet
 
 ALL = sorted(KINDS)
 
@@ -81,7 +80,7 @@ def test_sgd_gradient_is_the_derivative_of_the_batch_loss(name, activation, toke
 @pytest.mark.parametrize("name", ALL)
 def test_free_initial_moments_match_drawn_matrices(name):
     spec = spec_with(name)
-    alphabet = Alphabet([ix.symmetric for ix in spec.indices])
+    alphabet = alphabet_of(spec)
     words = [()] + alphabet.words(3)
     free = free_moments(spec, words)
     sampled = np.mean([sample_moments(spec, words, 600, seed) for seed in (0, 1)], axis=0)

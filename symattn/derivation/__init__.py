@@ -9,7 +9,7 @@ MAX_ENUMERATION = 20_000_000     # letter strings the word enumeration may visit
 def estimate_size(spec, truncation: int) -> dict:
     """Letters, estimated number of moments (canonical words up to length M, ≈ Σ_w n^w/(2w)) and
     letter strings visited by the enumeration (Σ_w n^w) of a hierarchy, before building it."""
-    n = sum(1 if ix.symmetric else 4 for ix in spec.indices)
+    n = sum(len(ix.kind.letters(k)) for k, ix in enumerate(spec.indices))
     M = int(truncation)
     if all(spec.indices[k].kind.closes for k in spec.students):
         M = 2                                    # a length-preserving (direct) system closes at M = 2

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..kinds import alphabet_of
 from ..spec import Spec, load_spec
 from ..symbolic.words import Alphabet, word_name
 from .noise import (
@@ -199,7 +200,7 @@ def derive_symmetric(spec, truncation: int | None = None, potential: Potential |
     spec = load_spec(spec)
     M = truncation or spec.truncation
     P = potential or Potential(spec)
-    alphabet = Alphabet([ix.symmetric for ix in spec.indices])
+    alphabet = alphabet_of(spec)
     if not all(alphabet.symmetric):
         raise NotImplementedError("untied indices: use derive.untied")
     # flows that preserve the word length (direct S) close the system at M = 2 (§4)

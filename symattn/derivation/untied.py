@@ -42,6 +42,7 @@ from scipy.integrate import solve_ivp
 
 from ..codegen.load import cached_module
 from ..errors import NumericalFailure
+from ..kinds import alphabet_of
 from ..spec import Spec, load_spec
 from ..symbolic.words import Alphabet, word_name
 from .hierarchy import apply_flows, pack_terms
@@ -314,7 +315,7 @@ class UntiedSystem:
         for k, name in enumerate(names):
             tr[k] = Y[:, self.index(((k, "S"),))]
             out[f"tr_{name}"] = tr[k]
-            if not sym[k]:
+            if not spec.indices[k].centred:
                 out[f"m_{name}"] = thetas[:, pos[f"m_{name}"]]
                 out[f"trA_{name}"] = Y[:, self.index(((k, "A"),))]
                 out[f"trB_{name}"] = Y[:, self.index(((k, "B"),))]
@@ -503,8 +504,10 @@ def derive_untied(spec, truncation: int | None = None, potential: Potential | No
     """The untied slow hierarchy of a spec with at least one untied index (docs/theory.md §6)."""
     spec = load_spec(spec)
     M = truncation or spec.truncation
+    # flows that preserve the word length (direct, general S) close the system at M = 2 (§4)
+    M = 2 if all(spec.indices[k].kind.closes for k in spec.students) else M
     P = potential or Potential(spec)
-    alphabet = Alphabet([ix.symmetric for ix in spec.indices])
+    alphabet = alphabet_of(spec)
     words = [()] + alphabet.words(M)
     coef_names = untied_coef_names(spec.K) + nu_names(spec)
     cidx = {n: i for i, n in enumerate(coef_names)}
@@ -513,7 +516,7 @@ def derive_untied(spec, truncation: int | None = None, potential: Potential | No
         acc[key] += val
     nu = nu if nu is not None else nu_expectations(P)
     index = {w: i for i, w in enumerate(words)}
-    mean_indices = [k for k, ix in enumerate(spec.indices) if not ix.symmetric]
+    mean_indices = [k for k, ix in enumerate(spec.indices) if not ix.centred]       # the O(1/√d) means
     mean_state = {k: len(words) + j for j, k in enumerate(mean_indices)}
     theta_words = []
     for name in P.names:

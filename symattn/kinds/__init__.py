@@ -7,11 +7,19 @@ from __future__ import annotations
 
 from .base import Kind, diagonal_view, factor_width, transpose
 from .direct import Direct, goe
+from .general import General
 from .identity import Identity
 from .tied import Tied
 from .untied import Untied
 
-KINDS: dict = {k.name: k for k in (Direct(), Tied(), Untied(), Identity())}
+KINDS: dict = {k.name: k for k in (Direct(), General(), Tied(), Untied(), Identity())}
 
-__all__ = ["KINDS", "Kind", "Direct", "Tied", "Untied", "Identity", "factor_width", "goe", "transpose",
+
+def alphabet_of(spec):
+    """The word alphabet of a spec: each index's letters as its kind declares them."""
+    from ..symbolic.words import Alphabet
+    return Alphabet([ix.symmetric for ix in spec.indices],
+                    ["".join(op for _, op in ix.kind.letters(k)) for k, ix in enumerate(spec.indices)])
+
+__all__ = ["KINDS", "Kind", "alphabet_of", "Direct", "General", "Tied", "Untied", "Identity", "factor_width", "goe", "transpose",
            "diagonal_view"]

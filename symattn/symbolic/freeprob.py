@@ -97,6 +97,13 @@ class GOE:
 
 
 @dataclass(frozen=True)
+class Ginibre:
+    """S a d×d matrix with i.i.d. N(0, σ²/d) entries, not symmetric (a circular element of variance σ²)."""
+
+    sigma: Any = 1
+
+
+@dataclass(frozen=True)
 class Untied:
     """S = M = U V^T; U, V of shape d×(κd), i.i.d. N(0, σ_U²/d) and N(0, σ_V²/d) entries."""
 
@@ -107,13 +114,14 @@ class Untied:
 
 _SYMMETRIC_OPS = ("S",)
 _UNTIED_OPS = ("S", "T", "A", "B")
+_GINIBRE_OPS = ("S", "T")
 
 
 def letters_of(laws: Sequence) -> list:
     """All distinct letters of ``laws``: ``(k,'S')`` for symmetric laws, S, T, A, B for untied."""
     out = []
     for k, law in enumerate(laws):
-        ops = _UNTIED_OPS if isinstance(law, Untied) else _SYMMETRIC_OPS
+        ops = _UNTIED_OPS if isinstance(law, Untied) else _GINIBRE_OPS if isinstance(law, Ginibre) else _SYMMETRIC_OPS
         out.extend((k, op) for op in ops)
     return out
 
@@ -172,7 +180,9 @@ def _law_kind(law) -> str:
         return "Z"
     if isinstance(law, Untied):
         return "M"
-    raise TypeError(f"unknown law {law!r}; expected one of Wishart, Identity, GOE, Untied")
+    if isinstance(law, Ginibre):
+        return "G"
+    raise TypeError(f"unknown law {law!r}; expected one of Wishart, Identity, GOE, Ginibre, Untied")
 
 
 def _check_letter(letter, laws) -> tuple:
@@ -204,6 +214,8 @@ def _factorise(word, laws) -> tuple[tuple, tuple]:
             seq.append(("Z", k, 0))
         elif kind == "I":
             scal[(k, "c")] = scal.get((k, "c"), 0) + 1
+        elif kind == "G":                     # one square factor G; Sᵀ is its transpose
+            seq.append(("G", k, 0 if op == "S" else 1))
         else:  # untied
             if op == "S":
                 seq += [("U", k, 0), ("V", k, 1)]
@@ -236,7 +248,7 @@ def _canonical_factors(seq: tuple) -> tuple:
     return best
 
 
-_WEIGHT_NAME = {"W": "s", "Z": "s", "U": "u", "V": "v"}
+_WEIGHT_NAME = {"W": "s", "Z": "s", "G": "s", "U": "u", "V": "v"}
 _KAPPA_LOOP: dict = {}
 
 
@@ -262,7 +274,7 @@ def _planar(seq: tuple) -> dict:
     if n % 2 == 0:
         kind, k, t = seq[0]
         wvar = (k, _WEIGHT_NAME[kind])
-        if kind == "Z":
+        if kind in ("Z", "G"):                # square factors: both faces have dimension d
             col = row = None
         else:
             # non-transposed: rows d, columns κd; transposed: the other way round
@@ -496,6 +508,8 @@ def sample_matrices(laws, d: int, rng: np.random.Generator, dtype=np.float64) ->
             U = rng.standard_normal((d, dk)) * (float(law.sigma_u) / np.sqrt(d))
             V = rng.standard_normal((d, dk)) * (float(law.sigma_v) / np.sqrt(d))
             out.append({"U": U.astype(dtype, copy=False), "V": V.astype(dtype, copy=False)})
+        elif kind == "G":
+            out.append({"S": (rng.standard_normal((d, d)) * (float(law.sigma) / np.sqrt(d))).astype(dtype, copy=False)})
         elif kind == "Z":
             X = rng.standard_normal((d, d))
             S = (X + X.T) * (float(law.sigma) / np.sqrt(2.0 * d))

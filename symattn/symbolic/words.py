@@ -25,15 +25,18 @@ def _key(word):
 
 
 class Alphabet:
-    """The letters of a model: symmetric indices contribute S_k, untied ones S_k, S_kᵀ, A_k, B_k."""
+    """The letters of a model: symmetric indices contribute S_k, untied ones S_k, S_kᵀ, A_k, B_k, a
+    general matrix S_k and S_kᵀ (each index's kind says which: ``Kind.letters``)."""
 
-    def __init__(self, symmetric: list):
+    def __init__(self, symmetric: list, ops: list | None = None):
+        """``ops[k]``: the letters of index k (default "S" when symmetric, else "STAB")."""
         self.symmetric = list(symmetric)
+        self.ops = list(ops) if ops is not None else ["S" if s else "STAB" for s in self.symmetric]
 
     def letters(self, ks=None) -> list:
         out = []
         for k in (range(len(self.symmetric)) if ks is None else ks):
-            out += [(k, "S")] if self.symmetric[k] else [(k, op) for op in "STAB"]
+            out += [(k, op) for op in self.ops[k]]
         return out
 
     def transpose(self, word) -> tuple:

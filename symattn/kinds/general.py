@@ -1,0 +1,92 @@
+"""General S: a non-symmetric d×d matrix trained as it is (paper App. E with Ω ≠ Ψ).
+
+Start: i.i.d. N(0, σ²/d) entries (a Ginibre matrix, a circular element of variance σ² in the limit).
+G is centred, as for direct S. Letters S and Sᵀ; the order parameters split into
+Ω_kl = Tr(S_k S_lᵀ)/d (``q1``) and Ψ_kl = Tr(S_k S_l)/d (``q2``) against another general index.
+The flow (package time; docs/theory.md §4, eqs. 402–404 with Ω ≠ Ψ)
+
+    dS_k/dτ = −2 Σ_l (GΩ_kl S_l + GΨ_kl S_lᵀ) − γ S_k
+
+preserves word length, so the system closes at M = 2. Its skew part (S − Sᵀ)/2 is driven only
+through entries G_ij with i ≠ j: with one token (L = 1) it is frozen.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Kind, diagonal_view, transpose
+
+
+class General(Kind):
+    name = "general"
+    factors = ("S",)
+    symmetric = False
+    fused_update = False
+    closes = True
+    spectral = False
+
+    def law(self, ix):
+        from ..symbolic.freeprob import Ginibre
+        return Ginibre(ix.sigma)
+
+    def draw(self, ix, dim, rng):
+        """i.i.d. N(0, σ²/d) entries (nothing drawn when σ = 0)."""
+        if ix.sigma == 0:
+            return {"S": np.zeros((dim, dim))}
+        return {"S": rng.standard_normal((dim, dim)) * (ix.sigma / np.sqrt(dim))}
+
+    def columns(self, ix, dim):
+        return dim
+
+    def dense_entries(self, dim):
+        return dim * dim
+
+    # SGD: ∇_S = Σ_b X_bᵀ e_b X_b /(B√d) − mean_b tr(e_b C) I/√d (no symmetrisation)
+    def preactivation(self, P, X, cols, XXt=None, scale=None):
+        return P[..., cols["S"]] @ transpose(X)
+
+    def backward(self, ek, P, X, cols, Z):
+        Z[..., cols["S"]] = ek @ X
+
+    def update(self, S, gs, c, a, decay, sq):
+        S *= decay
+        S -= a * gs
+        diag = diagonal_view(S)
+        diag += a * c / sq
+
+    def gradient(self, g, c, state, sq):
+        gk = g["S"].copy()
+        gk[np.diag_indices(gk.shape[0])] -= c / sq
+        return {"S": gk}
+
+    def norm_bound(self, sqnorms):
+        return sqnorms[0]
+
+    def form(self, s):
+        return "d", s["S"], None
+
+    def spectrum(self, s, dim):
+        """Eigenvalues of the symmetric part (S + Sᵀ)/2."""
+        return np.linalg.eigvalsh(0.5 * (s["S"] + s["S"].T))
+
+    def letters(self, k):
+        return ((k, "S"), (k, "T"))
+
+    def letter_flow(self, k, K, cidx, symmetric):
+        def L(l, op):
+            return (l, "S") if symmetric[l] else (l, op)
+
+        S, T, g = (k, "S"), (k, "T"), cidx["gamma"]
+        fS = [(g, (S,), -1.0)]
+        fT = [(g, (T,), -1.0)]
+        for l in range(K):
+            o, p = cidx[f"GO_{k}_{l}"], cidx[f"GP_{k}_{l}"]
+            fS += [(o, (L(l, "S"),), -2.0), (p, (L(l, "T"),), -2.0)]
+            fT += [(o, (L(l, "T"),), -2.0), (p, (L(l, "S"),), -2.0)]
+        return {S: fS, T: fT}
+
+    def fluctuation_forms(self, letter):
+        return [((), "d" if letter[1] == "S" else "t", (), -1.0)]
+
+    def second_order(self, letter):
+        return []
