@@ -128,3 +128,63 @@ def test_sgd_step_applies_its_gradient(name):
         for nm, v in before[k].items():
             want = decay * v - a * grads[k][nm] if spec.indices[k].trainable else v
             assert np.allclose(after[k][nm], want, rtol=1e-10, atol=1e-12), (name, k, nm)
+
+
+def _population_loss(spec, state, dim):
+    """Exact finite-d population ½-MSE of the linear L = 1 model: with Δ = S_student − S_teacher,
+    E[xᵀAx] = Tr A and Var(xᵀAx) = Tr A² + Tr AAᵀ for x ~ N(0, I_d), centred indices shifted by
+    their trace (docs/theory.md §1) — an independent formula, not the engine's Φ."""
+    from symattn.simulation.init import dense
+    A = [dense(s) for s in state]
+    s, t = spec.students[0], spec.teachers[0]
+    mean = sum(sign * (0.0 if spec.indices[k].centred else np.trace(A[k]) / np.sqrt(dim))
+               for sign, k in ((1, s), (-1, t)))
+    D = A[s] - A[t]
+    return 0.5 * (mean ** 2 + (np.trace(D @ D) + np.sum(D * D)) / dim)
+
+
+@pytest.mark.parametrize("name", [n for n in ALL if not KINDS[n].fast_phase])
+def test_limit_drift_is_the_exact_population_drift_of_a_quadratic_loss(name):
+    """dμ_w/dτ of the derived system at the moments of concrete d = 16 matrices equals the drift
+    of μ_w under the exact population gradient flow dθ/dτ = −d ∇_θ Φ_d (finite differences of the
+    formula above; ε = 0), for every word the truncation keeps exact (|w| < M, or all when the
+    kind's flow closes). Kinds with a fast phase (untied) are excluded: their slow system is the
+    adiabatic reduction with the mean slaved (docs/theory.md §6), not the raw drift."""
+    from symattn.derivation import derive
+    from symattn.symbolic import freeprob
+
+    spec = spec_with(name, "linear")
+    d, seed, M = 16, 7, 3
+    system = derive(spec, truncation=M)
+    words = system.words
+    mu = system.initial("sample", dim=d, seed=seed)
+    rhs = system.rhs(0.0, mu, system.params(0.0))[:len(words)]
+    state = draw_initial(spec, d, seed)
+    k = spec.students[0]
+    kind = spec.indices[k].kind
+    h = 1e-6
+    flow = {}
+    for nm in kind.factors:                                  # θ̇ = −d ∇_θ Φ_d, entry by entry
+        X = state[k][nm]
+        g = np.zeros_like(X)
+        for idx in np.ndindex(X.shape):
+            vals = []
+            for sgn in (1, -1):
+                st = [dict(s) for s in state]
+                Y = X.copy()
+                Y[idx] += sgn * h
+                st[k] = {**st[k], nm: Y}
+                vals.append(_population_loss(spec, st, d))
+            g[idx] = (vals[0] - vals[1]) / (2 * h)
+        flow[nm] = -d * kind.tangent(nm, g)
+    step = 1e-4
+    moved = []
+    for sgn in (1, -1):
+        st = [dict(s) for s in state]
+        st[k] = {nm: state[k][nm] + sgn * step * flow[nm] for nm in kind.factors}
+        moved.append(freeprob.sample_moments(words[1:], st))
+    drift = (moved[0] - moved[1]) / (2 * step)
+    keep = [i for i, w in enumerate(words[1:], 1) if kind.closes or len(w) < system.truncation]
+    assert keep
+    got, want = rhs[keep], drift[[i - 1 for i in keep]]
+    assert np.allclose(got, want, rtol=1e-5, atol=1e-7 * (1 + np.abs(want).max())), (name, got, want)
