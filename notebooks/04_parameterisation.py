@@ -52,7 +52,7 @@ nb = Notebook("04_parameterisation")
 # %%
 D = 30 if QUICK else 80
 SEEDS = 2
-T = 0.05 if QUICK else 0.3
+T = 0.03 if QUICK else 0.3
 PTS = 6 if QUICK else 16
 SIGMA, EPS, B = 1.0, 1e-4, 64
 teacher = {"name": "teacher", "role": "teacher", "parameterization": "tied", "width": 0.5, "init_scale": (2 / 3) ** 0.25}
@@ -141,8 +141,8 @@ fig.tight_layout(); nb.savefig(fig); plt.show()
 # student has q₁₁ ≈ 1e-3 by then, an escaped one ≈ 0.5), at each N.
 
 # %%
-SIZES = [100, 200] if QUICK else [200, 400]
-SIG_SCAN = [0.5, 0.6, 0.7, 1.0] if QUICK else [0.50, 0.52, 0.54, 0.56, 0.58, 0.60, 0.65, 0.70, 0.80, 1.0]
+SIZES = [60, 120] if QUICK else [200, 400]
+SIG_SCAN = [0.5, 0.7, 1.0] if QUICK else [0.50, 0.52, 0.54, 0.56, 0.58, 0.60, 0.65, 0.70, 0.80, 1.0]
 T_SCAN, T_C = 1.0, 3.0
 scan = {}
 t0 = time.time()
