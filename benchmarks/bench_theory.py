@@ -26,6 +26,7 @@ import numpy as np
 import sympy as sp
 
 from symattn import load_spec, simulate
+from symattn.codegen.systems import compiled
 from symattn.derivation import derive
 from symattn.integration import integrate
 
@@ -108,7 +109,7 @@ def bench_rhs(Ms, repeat=2000):
     spec = tied_h2()
     for M in Ms:
         system = derive(spec, M)
-        mod = system.module()
+        mod = compiled(system)
         y = system.initial("free")
         params = system.params(spec.epsilon())
         f_sym, t_build = timed(sympy_rhs, system, spec.epsilon())

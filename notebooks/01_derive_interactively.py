@@ -150,10 +150,11 @@ show_terms(sys_tied, range(1, 6))
 # E.g. `dμ[S_s]/dt = −8Γ_ss μ[S_s S_s] − 8Γ_st μ[S_s S_t]` is `dμ/dt = −Σ_l Γ_kl(μ(l,k) + μ(k,l))` of docs/theory.md §5
 # times 4 (package time nα/d), and the ε·ν products of two moments are the pair contractions of §7.
 # ## 5. The generated code
-# `system.source()` is a self-contained module (`symattn derive SPEC` writes it to `generated/`):
+# `symattn.codegen.systems.source(system)` is a self-contained module (`symattn derive SPEC` writes it to `generated/`):
 
 # %%
-src = sys_tied.source()
+from symattn.codegen.systems import source
+src = source(sys_tied)
 lines = src.splitlines()
 print("\n".join(lines[:12]))
 print("   ...")

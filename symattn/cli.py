@@ -117,6 +117,7 @@ def cmd_potential(args):
 
 def cmd_derive(args):
     from .codegen.load import default_path, write_module
+    from .codegen.systems import source
     from .derivation import derive
     from .files import check_output_file
 
@@ -124,7 +125,7 @@ def cmd_derive(args):
     M = _truncation(args, spec)
     out = check_output_file(args.out or default_path(spec, M), "--out")
     system = derive(spec, M)
-    path = write_module(system.source(), out)
+    path = write_module(source(system), out)
     _WRITTEN.append(path)
     print(f"wrote {path}: {system.size} moments, {len(system.terms)} terms")
 

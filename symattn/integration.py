@@ -79,7 +79,7 @@ def time_grid(time: float, points: int, log_time: bool = False, first: float | N
 
 
 def solve(system, y0, time: float, points: int, epsilon: float = 0.0, rtol=None, atol=None, log_time=False):
-    """(t_eval, Y[points', n], diverged_at) integrating system.module().rhs from y0.
+    """(t_eval, Y[points', n], diverged_at) integrating the compiled right-hand side of ``system`` from y0.
 
     Tolerances default to rtol 1e-9 for closed-form coefficients and 1e-7 when Φ needs
     quadrature (itself accurate to ~1e-8).
@@ -87,7 +87,8 @@ def solve(system, y0, time: float, points: int, epsilon: float = 0.0, rtol=None,
     quad = bool(system.potential.quad_terms)
     rtol = rtol or (1e-7 if quad else 1e-9)
     atol = atol or (1e-9 if quad else 1e-12)
-    mod = system.module()
+    from .codegen.systems import compiled
+    mod = compiled(system)
     params = system.params(epsilon)
     t_eval = time_grid(time, points, log_time)
 

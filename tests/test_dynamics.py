@@ -28,6 +28,7 @@ import numpy as np
 import pytest
 
 from symattn import load_spec
+from symattn.codegen.systems import compiled
 from symattn.derivation import derive
 from symattn.integration import integrate
 
@@ -173,7 +174,7 @@ def test_weak_recovery_identity(name):
     """dp_12/dt|₀ = 4·(−2 Γ_12 t_1 p_22) (package time) at free initial moments, ε = 0, to 1e-10."""
     spec = load_spec(EXAMPLES / f"{name}.toml")
     system = derive(spec, 4)
-    mod = system.module()
+    mod = compiled(system)
     mu = system.initial("free")
     params = system.params(0.0)
     dmu = np.asarray(mod.rhs(0.0, mu, params))

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from symattn.cli import main
+from symattn.codegen.systems import source
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = (ROOT / "examples" / "tied_h2_L1_small.toml").read_text()
@@ -462,18 +463,18 @@ def test_planted_and_truncated_cache_modules_are_never_run(tmp_path, monkeypatch
 
     monkeypatch.setenv("SYMATTN_CACHE", str(tmp_path / "cache"))
     system = derive("tied_linear_L1", 4)
-    source = system.source()
+    text = source(system)
     import hashlib
-    digest = hashlib.sha256(source.encode()).hexdigest()[:20]
+    digest = hashlib.sha256(text.encode()).hexdigest()[:20]
     path = load.cache_dir() / f"m_{digest}.py"
     marker = tmp_path / "planted_ran"
-    for bad in (f"open({str(marker)!r}, 'w').close()\n", source[: len(source) // 2]):
+    for bad in (f"open({str(marker)!r}, 'w').close()\n", text[: len(text) // 2]):
         path.write_text(bad)
         for name in [n for n in sys.modules if digest in n]:
             del sys.modules[name]
-        mod = load.cached_module(source)
+        mod = load.cached_module(text)
         assert not marker.exists()
-        assert path.read_text() == source
+        assert path.read_text() == text
         assert hasattr(mod, "rhs")
 
 

@@ -34,6 +34,7 @@ import numpy as np
 import pytest
 
 from symattn import load_spec
+from symattn.codegen.systems import compiled
 from symattn.derivation import derive
 from symattn.simulation import Model, draw_initial
 from symattn.symbolic import freeprob
@@ -159,7 +160,7 @@ def one_step(spec, d, seeds, batches, family="plain", system=None, control=True)
         facs = initial_factors(spec, d, s, family)
         y, c = slave_student(system, facs)
         shifts.append(c)
-        mod = system.module()
+        mod = compiled(system)
         r = mod.rhs(0, y, system.params(eps)) - mod.rhs(0, y, system.params(0.0))
         if s == 0:                                  # generated module == reference implementation
             ref = system.rhs(0, y, system.params(eps)) - system.rhs(0, y, system.params(0.0))

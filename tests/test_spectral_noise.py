@@ -3,7 +3,7 @@ Gaussian-equivalent stochastic flow against the noise-corrected moment hierarchy
 
 1. Generator at t = 0: the drift of tr_student, q_student_student, q_student_teacher of one step
    of the stochastic flow (deterministic part exact, noise part the even part of ±dΞ pairs of the
-   solver's own noise map) equals ``derive(spec).module().rhs(0, μ, params(ε))`` at the solver's
+   solver's own noise map) equals ``compiled(derive(spec)).rhs(0, μ, params(ε))`` at the solver's
    own initial moments μ, to within sampling error plus the O(1/N) finite-size terms
    (e.g. E[dΞ S dΞ] = εν dt (tr S·I + S/N)).
 2. Short horizon inside the truncation window (tied linear, ε = 0.1): spectral-with-noise agrees with
@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from symattn import load_spec
+from symattn.codegen.systems import compiled
 from symattn.derivation import derive
 from symattn.derivation.noise import nu_expectations
 from symattn.integration import integrate
@@ -63,7 +64,7 @@ def test_generator_matches_noisy_hierarchy(act, sigma, N):
     system = derive(spec)
     mats = initial_realisation(spec, N, seed=0)
     mu = moments_of(system, mats, N)
-    mod = system.module()
+    mod = compiled(system)
     r_eps, r_0 = mod.rhs(0.0, mu, system.params(eps)), mod.rhs(0.0, mu, system.params(0.0))
 
     flow = _Flow(spec, mats, N, system.potential)

@@ -6,6 +6,7 @@ import warnings
 import numpy as np
 import pytest
 
+from symattn.codegen.systems import compiled
 from symattn.derivation import derive
 from symattn.derivation.potential import Potential
 from symattn.derivation.untied import fast_phase, untied_letter_flows
@@ -242,7 +243,7 @@ def test_weak_recovery_identity(activation, student, teacher, gamma, teacher_mea
         y0 = system.initial("free", means=means)
     fp = fast_phase(spec, time=400.0, points=3, means=means, system=system)
     assert abs(fp.m_star["student"] - y0[system.mean_state[0]]) < 1e-8
-    rhs = system.module().rhs(0.0, y0, system.params())
+    rhs = compiled(system).rhs(0.0, y0, system.params())
     ix = system.index
     q1, q2 = ix(((0, "S"), (1, "T"))), ix(((0, "S"), (1, "S")))
     Q2 = np.array([[y0[ix(((1, "S"), (1, "T")))], y0[ix(((1, "S"), (1, "S")))]],

@@ -25,8 +25,6 @@ from ..spec import Spec, load_spec
 from ..symbolic.words import Alphabet, word_name
 from .noise import (
     fill_noise_coefficients,
-    noise_coefficient_lines,
-    noise_expectation_items,
     noise_terms,
     nu_expectations,
     nu_names,
@@ -79,14 +77,6 @@ class MomentSystem:
         fill_noise_coefficients(coef, self.coef_names, self.nu, theta, params[1])
         return coef
 
-    def coefficient_lines(self) -> list:
-        """Generated-code version of :meth:`coefficients` (codegen.emit)."""
-        from ..codegen.emit import gamma_lines
-        K = self.spec.K
-        lines = ["    coef[1] = params[0]"] + gamma_lines(self.potential)
-        lines += [f"    coef[{2 + k * K + l}] = gamma[{k}, {l}]" for k in range(K) for l in range(K)]
-        return lines + noise_coefficient_lines(self.coef_names, self.nu)
-
     kind = "direct/tied moment hierarchy"
     supports_noise = True
 
@@ -121,24 +111,6 @@ class MomentSystem:
     def retruncate(self, M: int):
         """The same system at another truncation (shares the potential and ν)."""
         return derive_symmetric(self.spec, M, potential=self.potential, nu=self.nu)
-
-    def source(self) -> str:
-        """The generated module (codegen.emit); quadrature calibrated at the free initial state."""
-        from ..codegen.emit import module_source
-        from ..initial import free_moments
-
-        theta0 = free_moments(self.spec, self.words)[self.theta_words]
-        if self.potential.quad_terms and self.potential.order is None:
-            self.potential.calibrate(theta0)
-        nus = noise_expectation_items(self.nu, theta0)
-        return module_source(self, self.kind, self.coefficient_lines(), expectations=nus)
-
-    def module(self):
-        """Import (compiling on first call) the generated module, cached by content."""
-        if getattr(self, "_module", None) is None:
-            from ..codegen.load import cached_module
-            self._module = cached_module(self.source())
-        return self._module
 
     def rhs(self, t, mu, params):
         coef = self.coefficients(mu, params)

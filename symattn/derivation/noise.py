@@ -134,15 +134,6 @@ def fill_noise_coefficients(coef, coef_names, nu: dict, theta, epsilon: float):
         coef[coef_names.index(name)] = epsilon * E.value(theta)
 
 
-def noise_coefficient_lines(coef_names, nu: dict) -> list:
-    """Generated-code version of :func:`fill_noise_coefficients` (params[1] = ε)."""
-    lines = []
-    for name, E in nu.items():
-        fn = name + ("_cached" if E.quad_terms else "")
-        lines.append(f"    coef[{coef_names.index(name)}] = params[1] * {fn}(theta)")
-    return lines
-
-
 def noise_expectation_items(nu: dict, theta0) -> list:
     """(expectation, function name, tag) for codegen, quadrature calibrated at θ0."""
     for E in nu.values():

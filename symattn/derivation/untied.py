@@ -40,7 +40,6 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.integrate import solve_ivp
 
-from ..codegen.load import cached_module
 from ..errors import NumericalFailure
 from ..kinds import alphabet_of
 from ..spec import Spec, load_spec
@@ -48,8 +47,6 @@ from ..symbolic.words import Alphabet, word_name
 from .hierarchy import apply_flows, pack_terms
 from .noise import (
     fill_noise_coefficients,
-    noise_coefficient_lines,
-    noise_expectation_items,
     noise_terms,
     nu_expectations,
     nu_names,
@@ -345,157 +342,6 @@ class UntiedSystem:
         num = self.sym_product(Y, k, l)
         den = np.sqrt(np.abs(self.sym_product(Y, k, k) * self.sym_product(Y, l, l)))
         return num / np.where(den > 0, den, np.nan)
-
-    # ---------------------------------------------------------------- code generation
-    def coefficient_lines(self) -> list:
-        from ..codegen.emit import gradient_matrix_lines
-
-        K, P = self.spec.K, self.potential
-        lines = ["    theta = _solve_means(theta)", "    phi, g = phi_and_grad(theta)",
-                 "    coef[1] = params[0]"] + gradient_matrix_lines(P)
-        o = 2 + K
-        for k in range(K):
-            for l in range(K):
-                lines.append(f"    coef[{o + k * K + l}] = GO[{k}, {l}]")
-                lines.append(f"    coef[{o + K * K + k * K + l}] = GP[{k}, {l}]")
-                lines.append(f"    coef[{o + 2 * K * K + k * K + l}] = GO[{k}, {l}] + GP[{k}, {l}]")
-        for k in self.mean_trainable:
-            A, B = (k, "A"), (k, "B")
-            parts = []
-            for l in range(K):
-                Ml, Tl = self.letter(l, "S"), self.letter(l, "T")
-                parts.append(f"GO[{k}, {l}] * (mu[{self.index((Ml, B))}] + mu[{self.index((A, Ml))}])")
-                parts.append(f"GP[{k}, {l}] * (mu[{self.index((Tl, B))}] + mu[{self.index((A, Tl))}])")
-            lines.append(f"    psi = 2.0 * ({' + '.join(parts)})")
-            lines.append(f"    coef[{2 + k}] = -psi / (mu[{self.index((A,))}] + mu[{self.index((B,))}])")
-        return lines + noise_coefficient_lines(self.coef_names, self.nu)
-
-    def extra_source(self) -> str:
-        jit = "" if self.potential.quad_terms else "@njit(cache=True)\n"
-        mp = list(self.mean_pos)
-        ms = [self.mean_state[k] for k in self.mean_trainable]
-        return f'''
-# ---- untied: means slaved to the critical manifold dΦ/dm = 0 (docs/theory.md §6) ----
-MEAN_POS = np.array({mp!r}, dtype=np.int64)    # positions of the trainable means in θ
-MEAN_STATE = np.array({ms!r}, dtype=np.int64)  # their entries in the state vector
-N_MEANS = {len(mp)}
-
-
-{jit}def _grad_m(theta):
-    phi, g = phi_and_grad(theta)
-    out = np.empty(N_MEANS)
-    for j in range(N_MEANS):
-        out[j] = g[MEAN_POS[j]]
-    return out
-
-
-{jit}def _jac_m(theta):
-    J = np.empty((N_MEANS, N_MEANS))
-    for j in range(N_MEANS):
-        h = {FD_STEP!r} * max(1.0, abs(theta[MEAN_POS[j]]))
-        tp = theta.copy()
-        tm = theta.copy()
-        tp[MEAN_POS[j]] += h
-        tm[MEAN_POS[j]] -= h
-        J[:, j] = (_grad_m(tp) - _grad_m(tm)) / (2.0 * h)
-    return J
-
-
-{jit}def _lin_solve(J, r):
-    """Gaussian elimination with partial pivoting (tiny systems; no LAPACK in the compiled code)."""
-    n = r.shape[0]
-    a = J.copy()
-    b = r.copy()
-    for c in range(n):
-        p = c
-        for i in range(c + 1, n):
-            if abs(a[i, c]) > abs(a[p, c]):
-                p = i
-        if p != c:
-            for j in range(n):
-                a[c, j], a[p, j] = a[p, j], a[c, j]
-            b[c], b[p] = b[p], b[c]
-        for i in range(c + 1, n):
-            f = a[i, c] / a[c, c]
-            for j in range(c, n):
-                a[i, j] -= f * a[c, j]
-            b[i] -= f * b[c]
-    x = np.zeros(n)
-    for i in range(n - 1, -1, -1):
-        s = b[i]
-        for j in range(i + 1, n):
-            s -= a[i, j] * x[j]
-        x[i] = s / a[i, i]
-    return x
-
-
-{jit}def _solve_means(theta):
-    """Newton from the current means onto dΦ/dm = 0 (moments held fixed); NaN when it fails."""
-    theta = theta.copy()
-    if N_MEANS == 0:
-        return theta
-    for it in range({NEWTON_STEPS}):
-        r = _grad_m(theta)
-        if np.max(np.abs(r)) < {NEWTON_TOL!r} * (1.0 + np.max(np.abs(theta))):
-            return theta
-        step = _lin_solve(_jac_m(theta), r)
-        for j in range(N_MEANS):
-            theta[MEAN_POS[j]] -= step[j]
-        if not np.all(np.isfinite(theta)):
-            break
-    for j in range(N_MEANS):
-        theta[MEAN_POS[j]] = np.nan
-    return theta
-
-
-{jit}def _mean_velocity(theta, tdot):
-    """dm*/dτ = −H_mm⁻¹ ∂_τ(dΦ/dm) at fixed m (implicit function theorem; central differences)."""
-    nrm = np.max(np.abs(tdot))
-    if N_MEANS == 0 or nrm == 0.0:
-        return np.zeros(N_MEANS)
-    h = {FD_STEP!r} / nrm
-    b = (_grad_m(theta + h * tdot) - _grad_m(theta - h * tdot)) / (2.0 * h)
-    return -_lin_solve(_jac_m(theta), b)
-'''
-
-    def rhs_source(self) -> str:
-        jit = "" if self.potential.quad_terms else "@njit(cache=True)\n"
-        return f'''
-
-# ---- untied right-hand side: moments, then the slaved means (redefines rhs above) ----
-{jit}def _rhs_core(mu, params):
-    theta = _solve_means(mu[THETA_WORDS])
-    out = rhs_terms(mu, coefficients(mu, params))
-    if N_MEANS > 0:
-        vel = _mean_velocity(theta, out[THETA_WORDS])
-        for j in range(N_MEANS):
-            out[MEAN_STATE[j]] = vel[j]
-    return out, np.all(np.isfinite(theta))
-
-
-def rhs(t, mu, params):
-    """dy/dτ on package time; y = [moments, means]; params = [weight decay γ, noise ratio ε]."""
-    out, ok = _rhs_core(mu, params)
-    if not ok:
-        raise FloatingPointError("untied: no critical point dPhi/dm = 0 of the slaved means (t = %g)" % t)
-    return out
-'''
-
-    def source(self) -> str:
-        from ..codegen.emit import module_source
-        P = self.potential
-        theta0 = self.pre_fast_state("free")[self.theta_words]
-        if P.quad_terms and P.order is None:
-            P.calibrate(theta0)
-        nus = noise_expectation_items(self.nu, theta0)
-        text = module_source(self, self.kind, self.coefficient_lines(), extra=self.extra_source(), expectations=nus)
-        return text + self.rhs_source()
-
-    def module(self):
-        """Import (compiling on first call) the generated module, cached by content."""
-        if getattr(self, "_module", None) is None:
-            self._module = cached_module(self.source())
-        return self._module
 
 
 # ------------------------------------------------------------------------------------ derive
