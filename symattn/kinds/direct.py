@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Kind, diagonal_view, transpose
+from .base import transpose
+from .dense import Dense
 from .tied import _reps
 
 
@@ -13,11 +14,8 @@ def goe(dim: int, rng) -> np.ndarray:
     return (A + A.T) / np.sqrt(2.0 * dim)
 
 
-class Direct(Kind):
+class Direct(Dense):
     name = "direct"
-    factors = ("S",)
-    fused_update = False
-    closes = True
 
     def law(self, ix):
         from ..symbolic.freeprob import GOE
@@ -26,12 +24,6 @@ class Direct(Kind):
     def draw(self, ix, dim, rng):
         """σ·Z, Z a GOE matrix (nothing is drawn when σ = 0)."""
         return {"S": goe(dim, rng) * ix.sigma if ix.sigma != 0 else np.zeros((dim, dim))}
-
-    def columns(self, ix, dim):
-        return dim
-
-    def dense_entries(self, dim):
-        return dim * dim
 
     def realise(self, ix, N, rng, diagonal):
         """Semicircle quantiles of radius 2σ, Haar-rotated."""
@@ -43,36 +35,8 @@ class Direct(Kind):
         S = (O * lam[None, :]) @ O.T
         return "dense", 0.5 * (S + S.T)
 
-    # SGD: ∇_S = Σ_b X_bᵀ sym(e_b) X_b /(B√d) − mean_b tr(e_b C) I/√d
-    def preactivation(self, P, X, cols, XXt=None, scale=None):
-        return P[..., cols["S"]] @ transpose(X)
-
-    def backward(self, ek, P, X, cols, Z):
-        Z[..., cols["S"]] = (0.5 * (ek + transpose(ek))) @ X
-
-    def update(self, S, gs, c, a, decay, sq):
-        gs = 0.5 * (gs + transpose(gs))
-        S *= decay
-        S -= a * gs
-        diag = diagonal_view(S)
-        diag += a * c / sq
-
-    def gradient(self, g, c, state, sq):
-        gk = 0.5 * (g["S"] + g["S"].T)
-        gk[np.diag_indices(gk.shape[0])] -= c / sq
-        return {"S": gk}
-
-    def tangent(self, name, D):
-        return 0.5 * (D + D.T)                      # S stays symmetric
-
-    def norm_bound(self, sqnorms):
-        return sqnorms[0]
-
-    def form(self, s):
-        return "d", s["S"], None
-
-    def spectrum(self, s, dim):
-        return np.linalg.eigvalsh(0.5 * (s["S"] + s["S"].T))
+    def _project(self, A):
+        return 0.5 * (A + transpose(A))             # S stays symmetric: the gradient is symmetrised
 
     # hierarchy: dS_k/dt = −2 Σ_l Γ_kl S_l − γ S_k (closed: word length is preserved)
     def letter_flow(self, k, K, cidx, symmetric):

@@ -14,15 +14,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Kind, diagonal_view, transpose
+from .dense import Dense
 
 
-class General(Kind):
+class General(Dense):
     name = "general"
-    factors = ("S",)
     symmetric = False
-    fused_update = False
-    closes = True
     spectral = False
 
     def law(self, ix):
@@ -34,40 +31,6 @@ class General(Kind):
         if ix.sigma == 0:
             return {"S": np.zeros((dim, dim))}
         return {"S": rng.standard_normal((dim, dim)) * (ix.sigma / np.sqrt(dim))}
-
-    def columns(self, ix, dim):
-        return dim
-
-    def dense_entries(self, dim):
-        return dim * dim
-
-    # SGD: ∇_S = Σ_b X_bᵀ e_b X_b /(B√d) − mean_b tr(e_b C) I/√d (no symmetrisation)
-    def preactivation(self, P, X, cols, XXt=None, scale=None):
-        return P[..., cols["S"]] @ transpose(X)
-
-    def backward(self, ek, P, X, cols, Z):
-        Z[..., cols["S"]] = ek @ X
-
-    def update(self, S, gs, c, a, decay, sq):
-        S *= decay
-        S -= a * gs
-        diag = diagonal_view(S)
-        diag += a * c / sq
-
-    def gradient(self, g, c, state, sq):
-        gk = g["S"].copy()
-        gk[np.diag_indices(gk.shape[0])] -= c / sq
-        return {"S": gk}
-
-    def norm_bound(self, sqnorms):
-        return sqnorms[0]
-
-    def form(self, s):
-        return "d", s["S"], None
-
-    def spectrum(self, s, dim):
-        """Eigenvalues of the symmetric part (S + Sᵀ)/2."""
-        return np.linalg.eigvalsh(0.5 * (s["S"] + s["S"].T))
 
     def letters(self, k):
         return ((k, "S"), (k, "T"))
