@@ -154,6 +154,7 @@ show_terms(sys_tied, range(1, 6))
 
 # %%
 from symattn.codegen.systems import source
+
 src = source(sys_tied)
 lines = src.splitlines()
 print("\n".join(lines[:12]))
