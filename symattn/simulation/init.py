@@ -13,7 +13,6 @@ from __future__ import annotations
 import numpy as np
 
 from ..initial import BATCHES, INITIAL, TEST, draw_initial, stream  # noqa: F401 (re-exported)
-from ..kinds import factor_width, goe  # noqa: F401 (re-exported)
 
 
 def dense(state_k: dict) -> np.ndarray:

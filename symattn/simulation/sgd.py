@@ -20,6 +20,22 @@ from ..symbolic.loss import build_loss
 from .init import psd_sqrt
 
 
+def factor_layout(kinds, trainable, state) -> tuple:
+    """Columns of the packed factor matrix F: ([{factor: slice} per index], total columns, trainable
+    columns), trainable blocks first (they receive gradients); widths from one seed's ``state``."""
+    cols, pos = [dict() for _ in kinds], 0
+    for train in (True, False):
+        for k, kind in enumerate(kinds):
+            if trainable[k] == train:
+                for nm in kind.factors:
+                    w = state[k][nm].shape[1]
+                    cols[k][nm] = slice(pos, pos + w)
+                    pos += w
+        if train:
+            n_train = pos
+    return cols, pos, n_train
+
+
 class Model:
     """The SGD dynamics of one spec at dimension d; holds the current factors (``set_state``)."""
 
@@ -42,22 +58,13 @@ class Model:
     # ------------------------------------------------------------------ state
     def set_state(self, state: list) -> None:
         """Copy a list of factor dicts (``draw_initial`` format) into the packed matrix F."""
-        d = self.d
-        blocks = []  # (k, name, ncols), trainable blocks first (they receive gradients)
-        for train in (True, False):
-            for k, kind in enumerate(self.kinds):
-                if self.trainable[k] == train:
-                    blocks += [(k, nm, state[k][nm].shape[1]) for nm in kind.factors]
-        n = sum(b[2] for b in blocks)
-        self.F = np.empty((d, n), dtype=self.dtype)
-        self.slices, self.state, pos = {}, [dict() for _ in range(self.K)], 0
-        for k, nm, w in blocks:
-            self.slices[(k, nm)] = slice(pos, pos + w)
-            self.F[:, pos:pos + w] = state[k][nm]
-            self.state[k][nm] = self.F[:, pos:pos + w]  # views into F: updates are in place
-            pos += w
-        self.n_train = sum(b[2] for b in blocks if self.trainable[b[0]])
-        self.cols = [{nm: self.slices[(k, nm)] for nm in kind.factors} for k, kind in enumerate(self.kinds)]
+        self.cols, n, self.n_train = factor_layout(self.kinds, self.trainable, state)
+        self.F = np.empty((self.d, n), dtype=self.dtype)
+        self.state = [dict() for _ in range(self.K)]
+        for k, cols in enumerate(self.cols):
+            for nm, sl in cols.items():
+                self.F[:, sl] = state[k][nm]
+                self.state[k][nm] = self.F[:, sl]          # views into F: updates are in place
         self.scale = {}
         for k, kind in enumerate(self.kinds):
             if not kind.factors:                         # a frozen matrix without factors (c·I)

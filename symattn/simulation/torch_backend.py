@@ -28,6 +28,7 @@ from ..errors import NumericalFailure, UsageError
 from ..symbolic.loss import build_loss
 from .init import draw_initial, psd_sqrt
 from .measure import order_parameter_arrays
+from .sgd import factor_layout
 
 
 def import_torch():
@@ -69,22 +70,13 @@ class TorchModel:
     def set_state(self, states: list) -> None:
         """Pack S per-seed states (each a ``draw_initial`` list of factor dicts) into F (S, d, n)."""
         torch = self.torch
-        blocks = []                      # (k, name, ncols), trainable blocks first
-        for train in (True, False):
-            for k, kind in enumerate(self.kinds):
-                if self.trainable[k] == train:
-                    blocks += [(k, nm, states[0][k][nm].shape[1]) for nm in kind.factors]
-        n = sum(b[2] for b in blocks)
+        self.cols, n, self.n_train = factor_layout(self.kinds, self.trainable, states[0])
         F = np.empty((self.S, self.d, n))
-        self.slices, pos = {}, 0
-        for k, nm, w in blocks:
-            self.slices[(k, nm)] = slice(pos, pos + w)
-            for s, st in enumerate(states):
-                F[s, :, pos:pos + w] = st[k][nm]
-            pos += w
+        for k, cols in enumerate(self.cols):
+            for nm, sl in cols.items():
+                for s, st in enumerate(states):
+                    F[s, :, sl] = st[k][nm]
         self.F = torch.as_tensor(F, dtype=self.dtype, device=self.device)
-        self.n_train = sum(b[2] for b in blocks if self.trainable[b[0]])
-        self.cols = [{nm: self.slices[(k, nm)] for nm in kind.factors} for k, kind in enumerate(self.kinds)]
 
     @property
     def state(self) -> list:
