@@ -72,8 +72,10 @@ from pathlib import Path
 import numpy as np
 from scipy import integrate
 
+from .derivation.means import relax_means, solve_means
 from .errors import NumericalFailure, UsageError
-from .spec import Spec, SpecError, load_spec
+from .matrix import Mat, from_state, pair_trace
+from .spec import Spec, load_spec
 from .symbolic.spectra import (  # noqa: F401 (re-exported)
     free_poisson_density,
     free_poisson_moments,
@@ -91,161 +93,135 @@ __all__ = [
 _BLOWUP = 1e12          # |q| beyond this is a divergence
 
 
-# ============================================================================ representations
-@dataclass
-class Mat:
-    """One S_k of size N: kind in {scalar, diag, factor, dense}; value c, vector, W (S = WW^T) or S."""
+# ============================================================================ initial matrices
+def initial_realisation(spec, size: int, seed: int = 0, init: str = "free") -> list:
+    """The size-N matrices :func:`solve_spectral` starts from (list of :class:`symattn.matrix.Mat`).
 
-    kind: str
-    value: object
-
-    def dense(self, N: int) -> np.ndarray:
-        if self.kind == "scalar":
-            return self.value * np.eye(N)
-        if self.kind == "diag":
-            return np.diag(self.value)
-        if self.kind == "factor":
-            return self.value @ self.value.T
-        return self.value
-
-    def trace(self, N: int) -> float:
-        if self.kind == "scalar":
-            return float(self.value)
-        if self.kind == "diag":
-            return float(self.value.sum()) / N
-        if self.kind == "factor":
-            return float(np.vdot(self.value, self.value)) / N
-        return float(np.trace(self.value)) / N
-
-    def apply(self, X: np.ndarray, gram=None) -> np.ndarray:
-        """S @ X (for a factor, ``gram`` = W^T X when already known)."""
-        if self.kind == "scalar":
-            return self.value * X
-        if self.kind == "diag":
-            return self.value[:, None] * X
-        if self.kind == "factor":
-            return self.value @ (_gram(self.value, X) if gram is None else gram)
-        return self.value @ X
-
-    def eigenvalues(self, N: int) -> np.ndarray:
-        if self.kind == "scalar":
-            return np.full(N, float(self.value))
-        if self.kind == "diag":
-            return np.sort(self.value)
-        if self.kind == "factor":
-            W = self.value
-            ev = np.linalg.eigvalsh(W.T @ W) if W.shape[1] <= N else np.linalg.eigvalsh(W @ W.T)
-            ev = np.clip(ev, 0.0, None)
-            return np.sort(np.concatenate([np.zeros(N - len(ev)), ev]))
-        return np.linalg.eigvalsh(0.5 * (self.value + self.value.T))
-
-
-def _gram(A: np.ndarray, B: np.ndarray) -> np.ndarray:
-    """A^T B. Small products go through a plain GEMM on a contiguous copy: NumPy sends A.T @ A
-    to a threaded SYRK that is pathologically slow for small sizes on a loaded machine."""
-    if A.size < 200_000:
-        return np.ascontiguousarray(A.T) @ B
-    return A.T @ B
-
-
-def _pair_trace(A: Mat, B: Mat, N: int, grams: dict, key) -> float:
-    """Tr(S_A S_B)/N; factor×factor stores the Gram W_A^T W_B in ``grams[key]``."""
-    ka, kb = A.kind, B.kind
-    if ka == "scalar":
-        return float(A.value) * B.trace(N)
-    if kb == "scalar":
-        return float(B.value) * A.trace(N)
-    order = {"diag": 0, "factor": 1, "dense": 2}
-    if order[ka] > order[kb]:
-        A, B, ka, kb = B, A, kb, ka
-    if ka == "diag":
-        if kb == "diag":
-            return float(A.value @ B.value) / N
-        if kb == "factor":
-            return float(A.value @ np.einsum("ij,ij->i", B.value, B.value)) / N
-        return float(A.value @ np.diag(B.value)) / N
-    if ka == "factor":
-        if kb == "factor":
-            C = _gram(A.value, B.value)
-            grams[key] = C
-            return float(np.vdot(C, C)) / N
-        return float(np.vdot(B.value @ A.value, A.value)) / N
-    return float(np.vdot(A.value, B.value)) / N
-
-
-def initial_realisation(spec, size: int, seed: int = 0) -> list:
-    """The size-N realisation of the initial laws used by :func:`solve_spectral` (list of Mat).
-
-    The first frozen non-identity index is diagonal, every other one Haar-rotated; the rotations
-    come from ``numpy.random.default_rng(SeedSequence([seed, size]))`` in spec order."""
+    ``init="free"``: the quantile realisation of the free initial laws (module docstring; the first
+    frozen index with factors is diagonal, the rotations come from
+    ``numpy.random.default_rng(SeedSequence([seed, size]))`` in spec order). ``init="sample"``: the
+    very matrices ``simulate`` draws for dimension d = ``size`` and seed ``seed``."""
     spec = load_spec(spec)
-    _check_supported(spec)
+    if init == "sample":
+        from .initial import draw_initial
+        return [from_state(ix.kind, s) for ix, s in zip(spec.indices, draw_initial(spec, int(size), int(seed)))]
+    if init != "free":
+        raise ValueError(f"init {init!r}: must be 'free' or 'sample'")
     rng = np.random.default_rng(np.random.SeedSequence([int(seed), int(size)]))
     diag_k = next((k for k in spec.teachers if spec.indices[k].kind.factors), None)
     return [Mat(*ix.kind.realise(ix, size, rng, k == diag_k)) for k, ix in enumerate(spec.indices)]
 
 
-def _check_supported(spec: Spec):
-    for ix in spec.indices:
-        if not ix.kind.spectral:
-            raise SpecError(f"{spec.source}: indices.{ix.name}.parameterization: {ix.parameterization} — "
-                            "spectral method supports direct and tied students (and tied, direct or identity teachers)")
-
-
 # ============================================================================ the flow
+class _Context:
+    """What a kind's ``matrix_velocity`` reads: the matrices, Φ's gradient matrices GΩ, GΨ, Γ at
+    their order parameters (and slaved means), the weight decay γ."""
+
+    def __init__(self, mats, grads, grams, wd, K):
+        self.mats, self.grams, self.wd, self.K = mats, grams, wd, K
+        self.omega, self.psi, self.gamma = grads.omega, grads.psi, grads.gamma
+
+    def sym_apply(self, l: int, X, k: int | None = None):
+        """S_l X, with S_l → (M_l + M_lᵀ)/2 for a non-symmetric S_l (the Gram W_lᵀW_k reused)."""
+        Ml = self.mats[l]
+        if not Ml.symmetric:
+            return 0.5 * (Ml.apply(X) + Ml.apply_t(X))
+        gram = None
+        if Ml.kind == "factor" and k is not None:
+            gram = self.grams.get((l, k))
+            if gram is None and (k, l) in self.grams:
+                gram = self.grams[(k, l)].T
+        return Ml.apply(X, gram)
+
+    def add_sym(self, acc, l: int, c: float) -> None:
+        """acc += c·S_l (c·(M_l + M_lᵀ)/2 for a non-symmetric S_l)."""
+        Ml = self.mats[l]
+        if Ml.symmetric:
+            Ml.add_to(acc, c)
+        else:
+            Ml.add_to(acc, 0.5 * c)
+            Ml.add_to(acc, 0.5 * c, transpose=True)
+
+
 class _Flow:
-    def __init__(self, spec: Spec, mats: list, N: int, potential):
+    """dY/dτ of the trainable matrices' parts (each kind's ``matrix_velocity``); the order
+    parameters θ are traces of the current matrices, the trainable means of uncentred indices are
+    slaved to ∂Φ/∂m = 0 (Newton, warm-started from the last solution) and the frozen ones fixed."""
+
+    def __init__(self, spec: Spec, mats: list, N: int, potential, fixed_means: dict | None = None):
         self.spec, self.N, self.P = spec, N, potential
-        self.mats = mats
+        self.mats = list(mats)
         self.K = spec.K
         self.gamma_wd = spec.weight_decay
-        self.train = [k for k in spec.students]
-        self.shapes, self.offsets = [], [0]
-        for k in self.train:
-            sh = mats[k].value.shape
-            self.shapes.append(sh)
-            self.offsets.append(self.offsets[-1] + int(np.prod(sh)))
+        self.train = list(spec.students)
+        self.shapes = [[p.shape for p in mats[k].parts()] for k in self.train]
         self.names = spec.names
         self.pairs = [(a, b) for a in range(self.K) for b in range(a, self.K)]
-        missing = [n for n in potential.names if not n.startswith("q_")]
-        if missing:
-            raise SpecError(f"{spec.source}: order parameter {missing[0]} is not available to the spectral method")
+        op, pos = potential.op, {n: i for i, n in enumerate(potential.names)}
+        self.mean_pos = [pos[op.m(k).name] for k in self.train if not spec.indices[k].centred]
+        self.mean_of = {k: pos[op.m(k).name] for k in range(self.K) if not spec.indices[k].centred}
+        self.theta_fixed = {self.mean_of[k]: float((fixed_means or {}).get(k, 0.0))
+                            for k in self.mean_of if k not in self.train}
+        self.pair_pos = []
+        for a, b in self.pairs:
+            so, sq = op.omega(a, b), op.psi(a, b)
+            self.pair_pos.append((a, b, pos.get(so.name), None if sq == so else pos.get(sq.name)))
+        self.m_warm = np.zeros(len(self.mean_pos))
         self.nevals = 0
 
     # ---------------------------------------------------------------- packing
-    def pack(self) -> np.ndarray:
-        return np.concatenate([np.asarray(self.mats[k].value, dtype=float).ravel() for k in self.train])
+    def pack(self, mats=None) -> np.ndarray:
+        mats = self.mats if mats is None else mats
+        return np.concatenate([np.asarray(p, dtype=float).ravel() for k in self.train for p in mats[k].parts()])
 
     def unpack(self, y) -> list:
-        mats = list(self.mats)
-        for i, k in enumerate(self.train):
-            v = y[self.offsets[i]:self.offsets[i + 1]].reshape(self.shapes[i])
-            if mats[k].kind == "dense":
-                v = 0.5 * (v + v.T)           # symmetric matrix ODE: symmetrise
-            mats[k] = Mat(mats[k].kind, v)
+        mats, o = list(self.mats), 0
+        for k, shapes in zip(self.train, self.shapes):
+            parts = []
+            for sh in shapes:
+                n = int(np.prod(sh))
+                parts.append(y[o:o + n].reshape(sh))
+                o += n
+            mats[k] = mats[k].with_parts(parts)
         return mats
 
-    # ---------------------------------------------------------------- observables
-    def order_parameters(self, mats, t):
-        grams = {}
-        q = np.zeros((self.K, self.K))
-        for a, b in self.pairs:
-            q[a, b] = q[b, a] = _pair_trace(mats[a], mats[b], self.N, grams, (a, b))
-        if not np.all(np.isfinite(q)) or np.abs(q).max() > _BLOWUP:
-            raise NumericalFailure(f"spectral flow diverged (order parameters {np.abs(q).max():.3g}) at time {t:.6g}", t)
-        return q, grams
+    # ---------------------------------------------------------------- order parameters
+    def theta(self, mats, t, slave: bool = True):
+        """(θ in ``Potential.names`` order with the slaved means, the Grams of the factor pairs)."""
+        grams, th = {}, np.zeros(len(self.P.names))
+        for a, b, po, pq in self.pair_pos:
+            if po is not None:
+                th[po] = pair_trace(mats[a], mats[b], self.N, grams, (a, b), transpose=pq is not None)
+            if pq is not None:
+                th[pq] = pair_trace(mats[a], mats[b], self.N, grams, (a, b))
+        for p, v in self.theta_fixed.items():
+            th[p] = v
+        th[self.mean_pos] = self.m_warm
+        if not np.all(np.isfinite(th)) or (th.size and np.abs(th).max() > _BLOWUP):
+            raise NumericalFailure(f"spectral flow diverged (order parameters {np.abs(th).max():.3g}) at time {t:.6g}", t)
+        if slave and self.mean_pos:
+            th = solve_means(self.P, th, self.mean_pos)
+        return th, grams
 
-    def values(self, q) -> dict:
-        out = {}
-        for a, b in self.pairs:
-            out[f"q_{self.names[a]}_{self.names[b]}"] = q[a, b]
-        return out
+    def relax(self, mats, fast_time: float = 200.0, initial_means: dict | None = None):
+        """Start of the slow phase: the trainable means after the fast phase dm/dt = −D ∂Φ/∂m."""
+        if not self.mean_pos:
+            return
+        self.m_warm = np.array([float((initial_means or {}).get(k, 0.0)) for k in self.train
+                                if not self.spec.indices[k].centred])
+        th, _ = self.theta(mats, 0.0, slave=False)
+        D = []                                   # fast rates t^A + t^B
+        for k in self.train:
+            if not self.spec.indices[k].centred:
+                U, V = mats[k].parts()
+                D.append((np.vdot(U, U) + np.vdot(V, V)) / self.N)
+        th = relax_means(self.P, th, self.mean_pos, D, fast_time)
+        self.m_warm = th[self.mean_pos]
 
-    def Gamma(self, q, t) -> np.ndarray:
-        vals = self.values(q)
-        G = np.asarray(self.P.gradients({n: vals[n] for n in self.P.names}).gamma, dtype=float)
-        if not np.all(np.isfinite(G)):
-            raise NumericalFailure(f"spectral flow: non-finite gradient Γ at time {t:.6g}", t)
+    def Gradients(self, th, t):
+        G = self.P.gradients(th)
+        if not (np.all(np.isfinite(G.omega)) and np.all(np.isfinite(G.psi))):
+            raise NumericalFailure(f"spectral flow: non-finite gradient of Φ at time {t:.6g}", t)
         return G
 
     # ---------------------------------------------------------------- right-hand side
@@ -256,64 +232,77 @@ class _Flow:
         mats = self.unpack(y)
         try:
             with np.errstate(over="ignore", invalid="ignore"):
-                q, grams = self.order_parameters(mats, t)
-                G = self.Gamma(q, t)
+                th, grams = self.theta(mats, t)
+                G = self.Gradients(th, t)
         except NumericalFailure:
             return np.full_like(y, np.nan)
-        out = []
-        N, wd = self.N, self.gamma_wd
-        for k in self.train:
-            Mk = mats[k]
-            if Mk.kind == "factor":
-                W = Mk.value
-                acc = np.zeros_like(W)
-                for l in range(self.K):
-                    if G[k, l] == 0.0:
-                        continue
-                    Ml = mats[l]
-                    gram = None
-                    if Ml.kind == "factor":
-                        gram = grams[(l, k)] if (l, k) in grams else grams[(k, l)].T
-                    acc += G[k, l] * Ml.apply(W, gram)
-                out.append((-4.0 * acc - wd * W).ravel())
-            else:                      # direct: dS = −2 Σ Γ S_l − γ S
-                acc = -wd * Mk.value
-                for l in range(self.K):
-                    if G[k, l] == 0.0:
-                        continue
-                    Ml = mats[l]
-                    if Ml.kind in ("scalar", "diag"):
-                        acc[np.diag_indices(N)] += -2.0 * G[k, l] * Ml.value
-                    else:
-                        acc = acc - 2.0 * G[k, l] * Ml.dense(N)
-                out.append(acc.ravel())
-        return np.concatenate(out)
+        if self.mean_pos:
+            self.m_warm = th[self.mean_pos]
+        ctx = _Context(mats, G, grams, self.gamma_wd, self.K)
+        return np.concatenate([v.ravel() for k in self.train
+                               for v in self.spec.indices[k].kind.matrix_velocity(k, ctx)])
+
+    def check(self, y, t):
+        """Raise NumericalFailure(t) on an accepted state that diverged or lost its slaved means."""
+        if not np.all(np.isfinite(y)):
+            raise NumericalFailure(f"spectral flow: NaN/inf at time {t:.6g}", t)
+        th, _ = self.theta(self.unpack(y), t)
+        if self.mean_pos:
+            self.m_warm = th[self.mean_pos]
 
     def observe(self, y, t):
         mats = self.unpack(y)
-        q, _ = self.order_parameters(mats, t)
-        tr = np.array([m.trace(self.N) for m in mats])
-        vals = self.values(q)
+        th, _ = self.theta(mats, t)
+        N, names = self.N, self.names
+        tr = np.array([m.trace(N) for m in mats])
         row = {"time": t}
-        for a, n in enumerate(self.names):
+        for a, n in enumerate(names):
             row[f"tr_{n}"] = tr[a]
-        for a, b in self.pairs:
-            na, nb = self.names[a], self.names[b]
-            row[f"q_{na}_{nb}"] = q[a, b]
-        for a, b in self.pairs:
-            na, nb = self.names[a], self.names[b]
-            row[f"p_{na}_{nb}"] = q[a, b] - tr[a] * tr[b]
-        row["loss"] = float(self.P.value({n: vals[n] for n in self.P.names}))
-        spectra = {self.names[k]: mats[k].eigenvalues(self.N) for k in self.train}
+        for a, n in enumerate(names):
+            if a in self.mean_of:
+                U, V = mats[a].parts() if mats[a].kind == "pair" else (None, None)
+                row[f"m_{n}"] = th[self.mean_of[a]]
+                if U is not None:
+                    row[f"trA_{n}"] = float(np.vdot(U, U)) / N
+                    row[f"trB_{n}"] = float(np.vdot(V, V)) / N
+        split = {(a, b): (po, pq) for a, b, po, pq in self.pair_pos if pq is not None}
+        for a, b, po, pq in self.pair_pos:
+            pair = f"{names[a]}_{names[b]}"
+            q = th[pq] if pq is not None else th[po]
+            row[f"q_{pair}"] = q
+            row[f"p_{pair}"] = q - tr[a] * tr[b]
+            if pq is not None:
+                row[f"q1_{pair}"] = th[po]
+                row[f"q2_{pair}"] = th[pq]
+
+        def sym_product(i, j):          # Tr((M_i + M_iᵀ)(M_j + M_jᵀ))/N = 2(q1 + q2)
+            return 2.0 * sum(th[p] for p in split[i, j])
+
+        for a, b in split:
+            if a < b:
+                den = math.sqrt(abs(sym_product(a, a) * sym_product(b, b)))
+                row[f"overlap_{names[a]}_{names[b]}"] = sym_product(a, b) / den if den > 0 else math.nan
+        row["loss"] = float(self.P.value(th))
+        spectra = {names[k]: mats[k].eigenvalues(N) for k in self.train}
         return row, spectra
 
 
-def _integrate(spec, P, N, seed, times, method, rtol, atol, spectra=True):
-    mats = initial_realisation(spec, N, seed)
-    flow = _Flow(spec, mats, N, P)
+def _start(spec, P, N, seed, init):
+    """The flow at its first slow-phase state: matrices, calibrated quadrature, relaxed means."""
+    mats = initial_realisation(spec, N, seed, init)
+    sample = init == "sample"
+    means = {k: math.sqrt(N) * mats[k].trace(N) for k, ix in enumerate(spec.indices) if not ix.centred} \
+        if sample else {}
+    flow = _Flow(spec, mats, N, P, fixed_means=means)
+    if P.quad_terms and P.order is None:
+        P.calibrate(flow.theta(mats, 0.0, slave=False)[0])
+    flow.relax(mats, initial_means=means)
+    return flow
+
+
+def _integrate(spec, P, N, seed, times, method, rtol, atol, spectra=True, init="free"):
+    flow = _start(spec, P, N, seed, init)
     y0 = flow.pack()
-    if P.quad_terms:
-        P.calibrate(flow.values(flow.order_parameters(mats, 0.0)[0]))
     if atol is None:
         atol = rtol * 1e-2 * max(float(np.sqrt(np.mean(y0 ** 2))), 1e-300) if y0.size else rtol
     rows, spec_rows = [], {spec.names[k]: [] for k in spec.students}
@@ -335,9 +324,7 @@ def _integrate(spec, P, N, seed, times, method, rtol, atol, spectra=True):
             msg = solver.step()
             if msg is not None or solver.status == "failed":
                 raise NumericalFailure(f"spectral flow: integrator failed at time {solver.t:.6g} ({msg})", solver.t)
-            if not np.all(np.isfinite(solver.y)):
-                raise NumericalFailure(f"spectral flow: NaN/inf at time {solver.t:.6g}", solver.t)
-            flow.order_parameters(flow.unpack(solver.y), solver.t)     # raises beyond _BLOWUP
+            flow.check(solver.y, solver.t)                 # raises beyond _BLOWUP
             if nxt < len(times) and times[nxt] <= solver.t:
                 dense = solver.dense_output()
                 while nxt < len(times) and times[nxt] <= solver.t:
@@ -360,82 +347,106 @@ class _Noise:
         from .derivation.noise import nu_name
 
         self.flow, self.eps, self.rng, self.sign = flow, float(epsilon), rng, float(sign)
-        spec = flow.spec
-        tr = flow.train
-        self.names = [[nu_name(spec, k, l, "dd") for l in tr] for k in tr]
+        spec, tr = flow.spec, flow.train
+        self.sym = [flow.mats[k].symmetric for k in tr]
+        self.names = [[(nu_name(spec, k, l, "dd"), nu_name(spec, k, l, "dt")) for l in tr] for k in tr]
         self.nu = nu
 
-    def nu_matrix(self, q) -> np.ndarray:
-        """ν_kl(q) over the trainable indices (spec order of ``flow.train``)."""
-        theta = self.flow.values(q)
+    def nu_matrices(self, theta):
+        """(ν_s, ν_a) over the trainable indices: the covariances of the symmetric and the skew part
+        of δ, ν_s = (ν1 + ν2)/2, ν_a = (ν2 − ν1)/2 (a pair with a symmetric member: ν_s = ν, ν_a = 0)."""
+        vals = dict(zip(self.flow.P.names, theta))
         n = len(self.flow.train)
-        V = np.zeros((n, n))
-        cache = {}
+        Vs, Va, cache = np.zeros((n, n)), np.zeros((n, n)), {}
+
+        def nu(name):
+            if name not in cache:
+                cache[name] = float(self.nu[name].value(vals))
+            return cache[name]
+
         for i in range(n):
             for j in range(n):
-                name = self.names[i][j]
-                if name not in cache:
-                    cache[name] = float(self.nu[name].value(theta))
-                V[i, j] = cache[name]
-        return V
+                dd, dt = self.names[i][j]
+                if dd == dt:
+                    Vs[i, j] = nu(dd)
+                else:
+                    Vs[i, j] = 0.5 * (nu(dd) + nu(dt))
+                    Va[i, j] = 0.5 * (nu(dt) - nu(dd))
+        return Vs, Va
 
     @staticmethod
     def factor(V: np.ndarray) -> np.ndarray:
         """C with C Cᵀ = V (Cholesky; eigenvalue-clipped symmetric root if not positive definite)."""
+        if not np.any(V):
+            return V
         try:
             return np.linalg.cholesky(V)
         except np.linalg.LinAlgError:
             w, U = np.linalg.eigh(0.5 * (V + V.T))
             return U * np.sqrt(np.clip(w, 0.0, None))[None, :]
 
-    def increments(self, C: np.ndarray, dt: float, N: int) -> list:
-        """dΞ_k (N×N symmetric) for every trainable k, ``E Tr(X dΞ_k Y dΞ_l)/N ≈ ε ν_kl dt trX trY``."""
-        n = C.shape[0]
-        scale = self.sign * math.sqrt(self.eps * dt / N)
-        Z = []
-        for _ in range(n):
-            G = self.rng.standard_normal((N, N))
-            Z.append((G + G.T) * (scale / math.sqrt(2.0)))
-        out = []
-        for i in range(n):
-            acc = np.zeros((N, N))
+    def increments(self, Cs: np.ndarray, Ca: np.ndarray, dt: float, N: int) -> list:
+        """dΞ_k = √(ε dt/N) Σ_m (Cs_km Zs_m + Ca_km Za_m), Zs/Za the symmetric/skew parts
+        (G ± Gᵀ)/√2 of i.i.d. N(0, 1) matrices: E Tr(X dΞ_k Y dΞ_l)/N ≈ ε ν1_kl dt trX trY and
+        E Tr(X dΞ_k Y dΞ_lᵀ)/N ≈ ε ν2_kl dt trX trY."""
+        n = Cs.shape[0]
+        scale = self.sign * math.sqrt(self.eps * dt / N) / math.sqrt(2.0)
+        out = [np.zeros((N, N)) for _ in range(n)]
+        for C, s in ((Cs, 1.0), (Ca, -1.0)):
+            if not np.any(C):
+                continue
             for m in range(n):
-                if C[i, m] != 0.0:
-                    acc += C[i, m] * Z[m]
-            out.append(acc)
+                G = self.rng.standard_normal((N, N))
+                Z = (G + s * G.T) * scale
+                for i in range(n):
+                    if C[i, m] != 0.0:
+                        out[i] += C[i, m] * Z
         return out
 
     def apply(self, mats: list, dXi: list) -> list:
-        """The SGD-shaped noise map: tied W ← (I − 2dΞ)W, direct S ← S − dΞ."""
+        """The SGD-shaped noise map: tied W ← (I − 2dΞ)W, direct/general S ← S − dΞ,
+        untied (U, V) ← (U − dΞ V, V − dΞᵀ U)."""
         out = list(mats)
         for i, k in enumerate(self.flow.train):
-            M = mats[k]
+            M, X = mats[k], dXi[i]
             if M.kind == "factor":
-                out[k] = Mat("factor", M.value - 2.0 * (dXi[i] @ M.value))
+                out[k] = Mat("factor", M.value - 2.0 * (X @ M.value))
+            elif M.kind == "pair":
+                U, V = M.value
+                out[k] = Mat("pair", (U - X @ V, V - X.T @ U))
             else:
-                out[k] = Mat("dense", M.value - dXi[i])
+                out[k] = M.with_parts([M.value - X])
         return out
 
 
-def _rk4(f, t, y, h):
-    k1 = f(t, y)
-    k2 = f(t + 0.5 * h, y + 0.5 * h * k1)
-    k3 = f(t + 0.5 * h, y + 0.5 * h * k2)
-    k4 = f(t + h, y + h * k3)
-    return y + (h / 6.0) * (k1 + 2.0 * k2 + 2.0 * k3 + k4)
+NOISE_STEP = 0.01      # εν_max·dt per noise step: the kick's operator norm stays ≈ 2√0.01 = 0.2
+SPLIT_STEP = 0.005     # relative change of the state per step: bounds the Lie-splitting error (measured:
+                       # the O(ε) effect of tests/test_spectral_noise.py converges within 1 % at this step)
 
 
-def _integrate_noisy(spec, P, nu, N, seed, times, epsilon, rng, dt_max, spectra=True, sign=1.0):
-    """One noise path of the stochastic flow (Lie splitting: RK4 drift, then the noise map)."""
-    mats = initial_realisation(spec, N, seed)
-    flow = _Flow(spec, mats, N, P)
-    if P.quad_terms:
-        P.calibrate(flow.values(flow.order_parameters(mats, 0.0)[0]))
+def _dp5_step(f, t, y, h, k1):
+    """One Dormand–Prince 5(4) step (scipy's RK45 tableau): (y_new, error vector, f(t + h, y_new))."""
+    A, B, C, E = integrate.RK45.A, integrate.RK45.B, integrate.RK45.C, integrate.RK45.E
+    K = [k1]
+    for s in range(1, 6):
+        K.append(f(t + C[s] * h, y + h * sum(A[s, j] * K[j] for j in range(s) if A[s, j] != 0.0)))
+    y_new = y + h * sum(B[j] * K[j] for j in range(6))
+    K.append(f(t + h, y_new))
+    return y_new, h * sum(E[j] * K[j] for j in range(7) if E[j] != 0.0), K[-1]
+
+
+def _integrate_noisy(spec, P, nu, N, seed, times, epsilon, rng, dt_max, spectra=True, sign=1.0, init="free",
+                     rtol=1e-6):
+    """One noise path of the stochastic flow: adaptive Dormand–Prince 5(4) steps of the drift (error
+    control at ``rtol``; a step is also kept ≤ NOISE_STEP/(εν_max), ≤ SPLIT_STEP/(|ẏ|/|y|) and ≤
+    ``dt_max``), each accepted
+    step followed by the noise map of its length (Lie splitting, Itô: ν at the start of the step)."""
+    flow = _start(spec, P, N, seed, init)
     noise = _Noise(flow, nu, epsilon, rng, sign)
-    theta0 = flow.values(flow.order_parameters(mats, 0.0)[0])
+    theta0 = flow.theta(flow.mats, 0.0)[0]
     for E in nu.values():                  # non-polynomial ν: quadrature order chosen at the start
         if E.quad_terms and E.order is None:
-            E.calibrate(theta0)
+            E.calibrate(dict(zip(P.names, theta0)))
     rows, spec_rows = [], {spec.names[k]: [] for k in spec.students}
 
     def record(y, t):
@@ -447,34 +458,46 @@ def _integrate_noisy(spec, P, nu, N, seed, times, epsilon, rng, dt_max, spectra=
 
     y = flow.pack()
     t = float(times[0])
+    atol = rtol * 1e-2 * max(float(np.sqrt(np.mean(y ** 2))), 1e-300)
     record(y, t)
-    steps = 0
+    steps, h = 0, None
     for t1 in times[1:]:
         t1 = float(t1)
-        nsub = max(1, int(math.ceil((t1 - t) / dt_max - 1e-9)))
-        h = (t1 - t) / nsub
-        for _ in range(nsub):
-            cur = flow.unpack(y)
-            q, _ = flow.order_parameters(cur, t)                  # raises beyond _BLOWUP
-            C = noise.factor(noise.nu_matrix(q))                  # Itô: ν at the start of the step
-            with np.errstate(over="ignore", invalid="ignore"):
-                y = _rk4(flow.rhs, t, y, h)
-            if not np.all(np.isfinite(y)):
-                raise NumericalFailure(f"spectral flow: NaN/inf at time {t + h:.6g}", t + h)
-            dXi = noise.increments(C, h, N)
-            flow.mats = noise.apply(flow.unpack(y), dXi)
+        while t < t1 - 1e-12 * max(1.0, abs(t1)):
+            th, _ = flow.theta(flow.unpack(y), t)                 # raises beyond _BLOWUP
+            Vs, Va = noise.nu_matrices(th)
+            nu_max = max(float(np.max(np.abs(np.linalg.eigvalsh(Vs + Va)))), 1e-300)
+            k1 = flow.rhs(t, y)
+            rate = float(np.linalg.norm(k1)) / max(float(np.linalg.norm(y)), 1e-300)     # relative speed
+            cap = min(NOISE_STEP / (noise.eps * nu_max), SPLIT_STEP / max(rate, 1e-300), dt_max or np.inf)
+            if h is None:
+                h = min(cap, 1e-2 * (t1 - t) + 1e-3 * cap)
+            while True:
+                h = min(h, cap, t1 - t)
+                with np.errstate(over="ignore", invalid="ignore"):
+                    y_new, err, _ = _dp5_step(flow.rhs, t, y, h, k1)
+                    scale = atol + rtol * np.maximum(np.abs(y), np.abs(y_new))
+                    e = float(np.sqrt(np.mean((err / scale) ** 2)))
+                if np.isfinite(e) and e <= 1.0:
+                    break
+                h *= 0.2 if not np.isfinite(e) else max(0.2, 0.9 * e ** -0.2)
+                if h < 1e-14 * max(1.0, t):
+                    raise NumericalFailure(f"spectral flow: step size underflow at time {t:.6g}", t)
+            flow.check(y_new, t + h)
+            dXi = noise.increments(noise.factor(Vs), noise.factor(Va), h, N)
+            flow.mats = noise.apply(flow.unpack(y_new), dXi)
             y = flow.pack()
             t += h
             steps += 1
+            h *= min(5.0, 0.9 * e ** -0.2) if e > 0 else 5.0
         t = t1
-        flow.order_parameters(flow.unpack(y), t)
         record(y, t)
     table = {c: np.array([r[c] for r in rows]) for c in rows[0]}
     return table, {n: np.array(v) for n, v in spec_rows.items()}, flow.nevals, steps
 
 
 def _noisy_average(spec, P, nu, N, seed, times, epsilon, noise_seed, dt_max, realisations, spectra=True,
-                   antithetic=False):
+                   antithetic=False, init="free"):
     """Mean over noise paths and its standard error (antithetic: paths 2j, 2j+1 use ±dΞ of one
     stream; the error is then that of the R/2 pair means)."""
     tables, first_spectra, nev, steps = [], None, 0, 0
@@ -482,7 +505,7 @@ def _noisy_average(spec, P, nu, N, seed, times, epsilon, noise_seed, dt_max, rea
         j, sign = (r // 2, (-1.0) ** r) if antithetic else (r, 1.0)
         rng = np.random.default_rng(np.random.SeedSequence([int(noise_seed), int(N), j, 0x5eed]))
         tab, sp_, ne, st = _integrate_noisy(spec, P, nu, N, seed, times, epsilon, rng, dt_max,
-                                            spectra=spectra and r == 0, sign=sign)
+                                            spectra=spectra and r == 0, sign=sign, init=init)
         tables.append(tab)
         nev += ne
         steps += st
@@ -546,19 +569,29 @@ class SpectralResult:
 def solve_spectral(spec, time: float = 1.0, points: int = 51, size: int = 1000, seed: int = 0,
                    error_estimate: bool = True, method: str = "DOP853", rtol: float = 1e-8,
                    atol: float | None = None, potential=None, epsilon: float | None = None,
-                   noise_seed: int | None = None, noise_dt: float = 1e-3,
-                   noise_realisations: int = 1, noise_antithetic: bool = False) -> SpectralResult:
+                   noise_seed: int | None = None, noise_dt: float | None = None,
+                   noise_realisations: int = 1, noise_antithetic: bool = False,
+                   extrapolate: bool = False, init: str = "free") -> SpectralResult:
     """Integrate the d → ∞ flow at matrix level on a size-N realisation (module docstring).
 
     Returns the theory columns (``time`` = package time nα/d, ``tr_a``, ``q_a_b``, ``p_a_b``,
-    ``loss``), with ``error_estimate`` also ``<col>_err`` = |f(N) − f(N/2)|, and ``spectra``:
-    student name → (points × N) sorted eigenvalues. Raises NumericalFailure(message, time) on
-    divergence and SpecError for untied indices.
+    ``loss``; for uncentred indices ``m_a``, ``trA_a``, ``trB_a``; for non-symmetric pairs ``q1_…``,
+    ``q2_…`` and ``overlap_…``), with ``error_estimate`` also ``<col>_err`` = |f(N) − f(N/2)|, and
+    ``spectra``: student name → (points × N) sorted eigenvalues (of the symmetric part). Raises
+    NumericalFailure(message, time) on divergence.
+
+    ``extrapolate``: the columns are the 1/N extrapolation 2f(N) − f(N/2) (Richardson; it removes
+    the systematic O(1/N) error of the quantile spectra, the random O(1/N) of the rotations stays)
+    and ``<col>_err`` = |f(N) − f(N/2)| estimates their error. ``init="sample"``: start from the
+    matrices ``simulate`` draws at d = ``size`` for ``seed`` (no N/2 run: the columns then carry no
+    ``_err``), the frozen means at their sampled values √d tr M.
 
     ``epsilon`` (noise ratio ε = αd/B; None or 0: the deterministic flow, unchanged) adds the
-    O(ε) SGD noise as the Gaussian-equivalent stochastic flow of the module docstring, integrated
-    with fixed steps ≤ ``noise_dt`` (RK4 drift + noise map; ``method``/``rtol``/``atol`` are then
-    unused) from the noise stream ``noise_seed`` (default ``seed``). ``noise_realisations`` = R
+    O(ε) SGD noise as the Gaussian-equivalent stochastic flow of the module docstring: adaptive
+    Dormand–Prince drift steps with error control (rtol 1e-6), each followed by the noise map of its
+    length, a step never longer than 0.01/(εν_max) nor ``noise_dt`` (when given;
+    ``method``/``rtol``/``atol`` are then unused), from the noise stream ``noise_seed`` (default
+    ``seed``). ``noise_realisations`` = R
     independent noise paths on the same initial matrices are averaged (spectra: the first path);
     ``info['noise_sem']``: column → standard error of that mean (NaN for R = 1). With
     ``noise_antithetic`` (R even) the paths come in pairs driven by ±dΞ, which cancels the
@@ -567,7 +600,6 @@ def solve_spectral(spec, time: float = 1.0, points: int = 51, size: int = 1000, 
     from .derivation.potential import Potential
 
     spec = load_spec(spec)
-    _check_supported(spec)
     size = int(size)
     if size < 4:
         raise UsageError(f"size {size}: must be >= 4")
@@ -575,6 +607,10 @@ def solve_spectral(spec, time: float = 1.0, points: int = 51, size: int = 1000, 
         raise UsageError(f"time {time}: must be a finite number >= 0")
     if points < 1:
         raise UsageError(f"points {points}: must be >= 1")
+    if init not in ("free", "sample"):
+        raise UsageError(f"init {init!r}: must be 'free' or 'sample'")
+    if init == "sample":
+        error_estimate = extrapolate = False
     P = potential if potential is not None else Potential(spec)
     times = np.linspace(0.0, float(time), int(points)) if points > 1 else np.array([float(time)])
     if points == 1:
@@ -584,7 +620,7 @@ def solve_spectral(spec, time: float = 1.0, points: int = 51, size: int = 1000, 
         epsilon = float(epsilon)
         if not (epsilon > 0 and math.isfinite(epsilon)):
             raise UsageError(f"epsilon {epsilon}: the noise ratio must be a finite number >= 0")
-        if not (noise_dt > 0 and math.isfinite(noise_dt)):
+        if noise_dt is not None and not (noise_dt > 0 and math.isfinite(noise_dt)):
             raise UsageError(f"noise_dt {noise_dt}: must be a finite number > 0")
         if int(noise_realisations) < 1:
             raise UsageError(f"noise_realisations {noise_realisations}: must be >= 1")
@@ -597,34 +633,37 @@ def solve_spectral(spec, time: float = 1.0, points: int = 51, size: int = 1000, 
 
         def run(n, want_spectra=True):
             tab, sp_, nev_, steps_, sem_ = _noisy_average(spec, P, nu, n, seed, times, epsilon, nseed,
-                                                          float(noise_dt), R, spectra=want_spectra,
-                                                          antithetic=bool(noise_antithetic))
+                                                          noise_dt, R, spectra=want_spectra,
+                                                          antithetic=bool(noise_antithetic), init=init)
             return tab, sp_, nev_, {"noise_steps": steps_, "noise_sem": sem_}
     else:
         def run(n, want_spectra=True):
-            tab, sp_, nev_ = _integrate(spec, P, n, seed, times, method, rtol, atol, spectra=want_spectra)
+            tab, sp_, nev_ = _integrate(spec, P, n, seed, times, method, rtol, atol, spectra=want_spectra,
+                                        init=init)
             return tab, sp_, nev_, {}
     table, spectra, nev, extra = run(size)
-    info = {"rhs_evaluations": nev, "method": method, "rtol": rtol}
+    info = {"rhs_evaluations": nev, "method": method, "rtol": rtol, "init": init, "extrapolated": False}
     if noisy:
-        info.update({"method": "stochastic RK4+noise (Lie splitting)", "rtol": None, "epsilon": epsilon,
-                     "noise_seed": nseed, "noise_dt": float(noise_dt), "noise_realisations": R,
+        info.update({"method": "adaptive Dormand-Prince drift + noise map (Lie splitting)", "rtol": 1e-6,
+                     "epsilon": epsilon, "noise_seed": nseed, "noise_dt": noise_dt, "noise_realisations": R,
                      "noise_antithetic": bool(noise_antithetic),
                      "noise_steps": extra["noise_steps"],
                      "noise_sem": {c: (v[-1:] if points == 1 else v) for c, v in extra["noise_sem"].items()}})
     if points == 1:
         table = {c: v[-1:] for c, v in table.items()}
         spectra = {n: v[-1:] for n, v in spectra.items()}
-    if error_estimate:
+    if error_estimate or extrapolate:
         nhalf = max(4, 2 * (size // 4))      # even, so that an atom of mass ½ is resolved alike
         half, _, nev2, _ = run(nhalf, False)
         if points == 1:
             half = {c: v[-1:] for c, v in half.items()}
         for c in list(table):
             if c != "time":
-                table[f"{c}_err"] = np.abs(table[c] - half[c])
-        info["rhs_evaluations_half"] = nev2
-        info["size_half"] = nhalf
+                diff = table[c] - half[c]
+                table[f"{c}_err"] = np.abs(diff)
+                if extrapolate:
+                    table[c] = table[c] + diff * (nhalf / (size - nhalf))     # f∞ = f(N) + (f(N) − f(N')) N'/(N − N')
+        info.update({"rhs_evaluations_half": nev2, "size_half": nhalf, "extrapolated": bool(extrapolate)})
     return SpectralResult(table=table, spectra=spectra, size=size, seed=seed, spec_name=spec.name, info=info)
 
 

@@ -164,6 +164,28 @@ class GaussianExpectation:
     def value(self, values) -> float:
         return self.value_and_gradient(values)[0]
 
+    def mean_hessian(self, values, positions) -> np.ndarray:
+        """∂²Φ/∂θ_a∂θ_b over ``positions`` (parameters that only shift the mean of G, the m_k):
+        SymPy's second derivatives of the closed form plus the quadrature terms' μ_aᵀE[∇²f]μ_b."""
+        th, pos = self.theta(values), tuple(int(p) for p in positions)
+        fn = self._mean_hessians.get(pos)
+        if fn is None:
+            syms = [self.symbols[p] for p in pos]
+            fn = sp.lambdify([self.symbols], [[sp.diff(self.closed_form, a, b) for b in syms] for a in syms],
+                             modules="numpy")
+            self._mean_hessians[pos] = fn
+        H = np.array(fn(th), dtype=float).reshape(len(pos), len(pos))
+        if self.quad_terms:
+            if self.order is None:
+                self.calibrate(th)
+            for t in self.quad_terms:
+                H += t.mean_hessian(th, self.order, pos)
+        return H
+
+    @cached_property
+    def _mean_hessians(self) -> dict:
+        return {}
+
 
 class Potential(GaussianExpectation):
     """Φ of one spec as a function of the order parameters named like the CSV columns."""

@@ -34,17 +34,15 @@ S_l → (M_l + M_lᵀ)/2 for untied l.
 from __future__ import annotations
 
 import json
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.integrate import solve_ivp
 
-from ..errors import NumericalFailure
 from ..kinds import alphabet_of
 from ..spec import Spec, load_spec
 from ..symbolic.words import Alphabet, word_name
 from .hierarchy import apply_flows, pack_terms
+from .means import FD_STEP, NEWTON_STEPS, NEWTON_TOL, fast_flow, mean_residual, mean_velocity, relax_means, solve_means
 from .noise import (
     fill_noise_coefficients,
     noise_terms,
@@ -53,9 +51,7 @@ from .noise import (
 )
 from .potential import Potential
 
-NEWTON_TOL = 1e-12
-NEWTON_STEPS = 60
-FD_STEP = 1e-5
+__all__ = ["UntiedSystem", "derive_untied", "fast_phase", "FD_STEP", "NEWTON_STEPS", "NEWTON_TOL"]
 
 
 # ------------------------------------------------------------------------------------ flows
@@ -131,39 +127,16 @@ class UntiedSystem:
     def retruncate(self, M: int):
         return derive_untied(self.spec, M, potential=self.potential, nu=self.nu)
 
-    # ---------------------------------------------------------------- slaved means (reference)
+    # ---------------------------------------------------------------- slaved means (derive.means)
     def _gm(self, theta):
-        return self.potential.value_and_gradient(theta)[1][self.mean_pos]
+        return mean_residual(self.potential, theta, self.mean_pos)
 
     def _jac(self, theta):
-        n = len(self.mean_pos)
-        J = np.empty((n, n))
-        for j, p in enumerate(self.mean_pos):
-            h = FD_STEP * max(1.0, abs(theta[p]))
-            tp, tm = theta.copy(), theta.copy()
-            tp[p] += h
-            tm[p] -= h
-            J[:, j] = (self._gm(tp) - self._gm(tm)) / (2 * h)
-        return J
+        return self.potential.mean_hessian(theta, self.mean_pos)
 
     def solve_means(self, theta) -> np.ndarray:
         """θ with the trainable means moved (Newton from their value) onto ∂Φ/∂m = 0."""
-        theta = np.array(theta, dtype=float)
-        if not self.mean_pos:
-            return theta
-        for _ in range(NEWTON_STEPS):
-            r = self._gm(theta)
-            if np.max(np.abs(r)) < NEWTON_TOL * (1.0 + np.max(np.abs(theta))):
-                return theta
-            J = self._jac(theta)
-            try:
-                step = np.linalg.solve(J, r)
-            except np.linalg.LinAlgError:
-                break
-            theta[self.mean_pos] -= step
-            if not np.all(np.isfinite(theta)):
-                break
-        raise NumericalFailure("untied: no critical point ∂Φ/∂m = 0 of the slaved means near the current state")
+        return solve_means(self.potential, theta, self.mean_pos)
 
     def gradients(self, y):
         """(θ at the slaved means, Potential.Gradients there)."""
@@ -211,14 +184,9 @@ class UntiedSystem:
         np.add.at(out, T["row"], T["val"] * coef[T["key"]] * y[T["c1"]] * y[T["c2"]])
         if self.mean_pos:
             theta = self.solve_means(y[self.theta_words])
-            tdot = out[self.theta_words]
-            nrm = np.max(np.abs(tdot))
-            if nrm > 0:
-                h = FD_STEP / nrm
-                b = (self._gm(theta + h * tdot) - self._gm(theta - h * tdot)) / (2 * h)
-                vel = -np.linalg.solve(self._jac(theta), b)
-                for j, k in enumerate(self.mean_trainable):
-                    out[self.mean_state[k]] = vel[j]
+            vel = mean_velocity(self.potential, theta, self.mean_pos, out[self.theta_words])
+            for j, k in enumerate(self.mean_trainable):
+                out[self.mean_state[k]] = vel[j]
         return out
 
     # ---------------------------------------------------------------- initial state
@@ -268,33 +236,15 @@ class UntiedSystem:
 
     def fast_flow(self, y, t_eval):
         """m(t) of dm_k/dt = −D_k ∂Φ/∂m_k(m, q(0)), moments frozen; rows = times, cols = trainable means."""
-        theta0 = np.asarray(y, dtype=float)[self.theta_words]
-        D = np.array([self.fast_rate(y)[k] for k in self.mean_trainable])
-        pos = self.mean_pos
-
-        def f(t, m):
-            th = theta0.copy()
-            th[pos] = m
-            return -D * self._gm(th)
-
-        sol = solve_ivp(f, (0.0, float(t_eval[-1])), theta0[pos], t_eval=t_eval, method="LSODA",
-                        rtol=1e-10, atol=1e-12)
-        if sol.status < 0 or sol.y.shape[1] != len(t_eval):
-            raise NumericalFailure(f"untied fast phase failed: {sol.message}")
-        return sol.y.T
+        D = [self.fast_rate(y)[k] for k in self.mean_trainable]
+        return fast_flow(self.potential, np.asarray(y, dtype=float)[self.theta_words], self.mean_pos, D, t_eval)
 
     def relax_means(self, y, fast_time: float = 200.0) -> np.ndarray:
         y = np.array(y, dtype=float)
         if not self.mean_pos:
             return y
-        m = self.fast_flow(y, np.array([0.0, fast_time]))[-1]
-        for j, k in enumerate(self.mean_trainable):
-            y[self.mean_state[k]] = m[j]
-        theta = self.solve_means(y[self.theta_words])
-        if np.min(np.linalg.eigvalsh(0.5 * (self._jac(theta) + self._jac(theta).T))) < 0:
-            warnings.warn("untied fast phase: the means sit on an unstable critical point of Φ (a symmetric "
-                          "start); pass means={...} or init='sample' to select a branch", RuntimeWarning,
-                          stacklevel=3)
+        D = [self.fast_rate(y)[k] for k in self.mean_trainable]
+        theta = relax_means(self.potential, y[self.theta_words], self.mean_pos, D, fast_time)
         for j, k in enumerate(self.mean_trainable):
             y[self.mean_state[k]] = theta[self.mean_pos[j]]
         return y

@@ -83,6 +83,11 @@ class Kind:
         raise SpecError(f"indices.{ix.name}.parameterization: {self.name} — the matrix-level solver "
                         f"supports direct and tied students (and tied, direct or identity teachers)")
 
+    def matrix_velocity(self, k: int, ctx) -> tuple:
+        """d/dτ of its size-N parts (``Mat.parts``) in the matrix-level limit flow (docs/theory.md §5;
+        ``ctx``: the current matrices, the gradients of Φ at the current order parameters, γ)."""
+        raise SpecError(f"indices.{k}.parameterization: {self.name} — no matrix-level flow")
+
     # ----------------------------------------------------------------- SGD (docs/theory.md §1)
     def preactivation(self, P, X, cols, XXt=None, scale=None):
         """Uncentred, unscaled x_iᵀ S x_j of a batch (any leading axes)."""

@@ -35,6 +35,14 @@ class Direct(Dense):
         S = (O * lam[None, :]) @ O.T
         return "dense", 0.5 * (S + S.T)
 
+    def matrix_velocity(self, k, ctx):
+        """dS_k/dτ = −2 Σ_l Γ_kl S_l − γ S_k."""
+        acc = -ctx.wd * ctx.mats[k].value
+        for l in range(ctx.K):
+            if ctx.gamma[k, l] != 0.0:
+                ctx.add_sym(acc, l, -2.0 * ctx.gamma[k, l])
+        return (acc,)
+
     def _project(self, A):
         return 0.5 * (A + transpose(A))             # S stays symmetric: the gradient is symmetrised
 

@@ -20,7 +20,6 @@ from .dense import Dense
 class General(Dense):
     name = "general"
     symmetric = False
-    spectral = False
 
     def law(self, ix):
         from ..symbolic.freeprob import Ginibre
@@ -31,6 +30,18 @@ class General(Dense):
         if ix.sigma == 0:
             return {"S": np.zeros((dim, dim))}
         return {"S": rng.standard_normal((dim, dim)) * (ix.sigma / np.sqrt(dim))}
+
+    def realise(self, ix, N, rng, diagonal):
+        """A Ginibre draw: the circular law has no real quantile spectrum to fix."""
+        return "ndense", self.draw(ix, N, rng)["S"]
+
+    def matrix_velocity(self, k, ctx):
+        """dS_k/dτ = −2 Σ_l (GΩ_kl S_l + GΨ_kl S_lᵀ) − γ S_k."""
+        acc = -ctx.wd * ctx.mats[k].value
+        for l in range(ctx.K):
+            ctx.mats[l].add_to(acc, -2.0 * ctx.omega[k, l])
+            ctx.mats[l].add_to(acc, -2.0 * ctx.psi[k, l], transpose=True)
+        return (acc,)
 
     def letters(self, k):
         return ((k, "S"), (k, "T"))

@@ -33,6 +33,15 @@ class Tied(Kind):
         nz = lam > 0
         return "factor", O[:, nz] * np.sqrt(lam[nz])[None, :]
 
+    def matrix_velocity(self, k, ctx):
+        """dW_k/dτ = −4 (Σ_l Γ_kl S_l) W_k − γ W_k, so that d(WWᵀ)/dτ is the S flow below."""
+        W = ctx.mats[k].value
+        acc = np.zeros_like(W)
+        for l in range(ctx.K):
+            if ctx.gamma[k, l] != 0.0:
+                acc += ctx.gamma[k, l] * ctx.sym_apply(l, W, k)
+        return (-4.0 * acc - ctx.wd * W,)
+
     # SGD: ∇_W = Σ_b X_bᵀ (e_b + e_bᵀ) X_b W /(B√d) − 2 mean_b tr(e_b C) W/√d
     def preactivation(self, P, X, cols, XXt=None, scale=None):
         Y = P[..., cols["W"]]

@@ -15,7 +15,6 @@ class Untied(Kind):
     uses_width = True
     init_pair = True
     positive_init = True
-    spectral = False
     fast_phase = True
 
     def law(self, ix):
@@ -33,6 +32,39 @@ class Untied(Kind):
 
     def columns(self, ix, dim):
         return 2 * max(int(round(ix.width * dim)), 1)
+
+    def realise(self, ix, N, rng, diagonal):
+        """U = O₁ diag(√λ_U) Q₁ᵀ, V = O₂ diag(√λ_V) Q₂ᵀ: Marchenko–Pastur quantiles λ, independent
+        Haar O (N×N, O₁ = I for the diagonal index) and Q (κN columns), as for i.i.d. Gaussian U, V."""
+        from ..symbolic.spectra import free_poisson_quantiles, haar_orthogonal
+        r = max(int(round(ix.width * N)), 1)
+        parts = []
+        for j, s in enumerate(ix.sigmas):
+            lam = free_poisson_quantiles(N, ix.width, s ** 2)
+            nz = np.flatnonzero(lam > 0)[-r:]
+            O = np.eye(N) if (diagonal and j == 0) else haar_orthogonal(N, rng)
+            Q = haar_orthogonal(r, rng)[:, :len(nz)]
+            parts.append((O[:, nz] * np.sqrt(lam[nz])[None, :]) @ Q.T)
+        return "pair", tuple(parts)
+
+    def matrix_velocity(self, k, ctx):
+        """U̇ = −β V − 2 X V − γU, V̇ = −β U − 2 Xᵀ U − γV, X = Σ_l (GΩ_kl M_l + GΨ_kl M_lᵀ), with the
+        slaved-mean force β = −ψ/(tᴬ + tᴮ), ψ = 2(tr X B + tr A X), which keeps tr M fixed (§6)."""
+        U, V = ctx.mats[k].value
+        XV, XtU = np.zeros_like(V), np.zeros_like(U)
+        for l in range(ctx.K):
+            o, p = ctx.omega[k, l], ctx.psi[k, l]
+            if o == 0.0 and p == 0.0:
+                continue
+            Ml = ctx.mats[l]
+            MV, MtV = Ml.apply(V), Ml.apply_t(V)
+            MU, MtU = (MV, MtV) if U is V else (Ml.apply(U), Ml.apply_t(U))
+            XV += o * MV + p * MtV
+            XtU += o * MtU + p * MU
+        N = U.shape[0]
+        psi = 2.0 * (np.vdot(XV, V) + np.vdot(XtU, U)) / N
+        beta = -psi / ((np.vdot(U, U) + np.vdot(V, V)) / N)
+        return (-beta * V - 2.0 * XV - ctx.wd * U, -beta * U - 2.0 * XtU - ctx.wd * V)
 
     # SGD: ∇_U = Σ_b X_bᵀ e_b X_b V /(B√d),  ∇_V = Σ_b X_bᵀ e_bᵀ X_b U /(B√d)
     def preactivation(self, P, X, cols, XXt=None, scale=None):

@@ -150,6 +150,23 @@ class QuadTerm:
 
     def evaluate(self, theta: np.ndarray, order: int, rule=None):
         """(E f, ∂E f/∂θ) with the tensor rule of a common order (or an explicit (n, kind))."""
+        Ef, Eg, EH = self._expectations(theta, order, rule)
+        if not self.gradient:
+            return Ef, np.zeros(len(theta))
+        grad = self.mu_theta @ Eg + 0.5 * np.einsum("pab,ab->p", self.cov_theta, EH)
+        return Ef, grad
+
+    def mean_hessian(self, theta: np.ndarray, order: int, positions) -> np.ndarray:
+        """∂²E f/∂θ_a∂θ_b for parameters a, b that shift only the mean μ (the means m_k):
+        μ_aᵀ E[∇²f] μ_b, exact for the rule (Stein's lemma where ∇²f has a Dirac mass)."""
+        pos = list(positions)
+        if np.any(self.cov_theta[pos]):
+            raise ValueError("mean_hessian: a parameter in positions moves the covariance")
+        _, _, EH = self._expectations(theta, order)
+        return self.mu_theta[pos] @ EH @ self.mu_theta[pos].T
+
+    def _expectations(self, theta, order, rule=None):
+        """(E f, E ∇f, E ∇²f) over the rule (the last two None when gradient=False)."""
         n, P = len(self.variables), self.P
         mu = self.mu0 + theta @ self.mu_theta
         cov = self.cov0 + np.tensordot(theta, self.cov_theta, axes=1)
@@ -166,7 +183,7 @@ class QuadTerm:
         vals = [np.broadcast_to(np.asarray(v, dtype=float), w.shape) for v in vals]
         Ef = w @ vals[0]
         if not self.gradient:
-            return Ef, np.zeros(len(theta))
+            return Ef, None, None
         G = np.stack(vals[1:1 + n], axis=1)                     # (N, n)
         Eg = w @ G
         if self.stein:
@@ -177,8 +194,7 @@ class QuadTerm:
             EH = P.T @ Hy @ P
         else:
             EH = (w @ np.stack(vals[1 + n:], axis=1)).reshape(n, n)
-        grad = self.mu_theta @ Eg + 0.5 * np.einsum("pab,ab->p", self.cov_theta, EH)
-        return Ef, grad
+        return Ef, Eg, EH
 
 
 def adaptive_order(terms, theta, tol, start=17, relative=False):
