@@ -156,11 +156,13 @@ def cmd_theory(args):
               file=sys.stderr)
         _write_table(result.table, args.out)
         return
-    if args.method == "spectral":
+    from .method import resolve
+    if args.method == "spectral" or (resolve(spec, args.method, args.truncation) == "spectral" and not args.log_time):
         from .spectral import run_spectral_from_args
         if args.truncation is not None:
             raise UsageError("--truncation: not used by --method spectral (the matrix-level flow has no truncation)")
-        _whole("--size", args.size, 4)
+        if args.size is not None:
+            _whole("--size", args.size, 4)
         _whole("--realisations", args.realisations, 1)
         for opt in ("spectra", "spectra_plot"):
             if getattr(args, opt):
@@ -242,7 +244,8 @@ def cmd_compare(args):
     _whole("--seeds", args.seeds, 1)
     _finite_positive("--time", args.time)
     _whole("--points", args.points, 2)
-    _whole("--size", args.size, 4)
+    if args.size is not None:
+        _whole("--size", args.size, 4)
     if args.truncation is not None:
         _truncation(args, spec)
     check_output_dir(args.out, "--out")
@@ -252,7 +255,7 @@ def cmd_compare(args):
         warnings.simplefilter("always")
         if dims is None:
             summary = compare(spec, dim=args.dim, seeds=args.seeds, time=args.time, points=args.points,
-                              out=args.out, truncation=args.truncation, init=args.init,
+                              out=args.out, truncation=args.truncation, init=args.init or "sample",
                               noise=args.noise != "off", method=args.method, size=args.size,
                               progress=not args.quiet)
         else:
@@ -326,26 +329,30 @@ def _spec_arg(q):
                                 "(symattn examples lists them)")
 
 
-def _theory_options(q, defaults_points=51, log_time=True):
+def _theory_options(q, defaults_points=51, log_time=True, init="free"):
     q.add_argument("--time", type=float, default=1.0, help="final package time nα/d")
     q.add_argument("--points", type=int, default=defaults_points, help="output times on [0, T] (>= 2)")
     if log_time:
         q.add_argument("--log-time", action="store_true",
                        help="0 and points − 1 log-spaced times from T/1000 to T (dynamics spanning decades)")
     q.add_argument("--truncation", type=int, default=None, help="word length M (default: the spec's theory.truncation)")
-    q.add_argument("--init", choices=["free", "sample"], default="free",
-                   help="initial state: free-probability limit, or the moments of simulate's matrices at --dim")
+    q.add_argument("--init", choices=["free", "sample"], default=init,
+                   help="initial state: free-probability limit, or simulate's own matrices at --dim (compare: "
+                        "each seed's, the theory averaged over the seeds; the default of compare)")
     q.add_argument("--noise", choices=["on", "off"], default="on",
                    help="SGD-noise terms of ratio ε = αd/B (off: the paper's ε → 0 limit)")
-    q.add_argument("--method", choices=["moments", "spectral"], default="moments",
-                   help="moments: truncated hierarchy; spectral: matrix-level flow at size N")
+    q.add_argument("--method", choices=["auto", "moments", "spectral"], default="auto",
+                   help="auto: the closed hierarchy where it is exact (direct, general students), else the "
+                        "matrix-level limit (N and N/2, extrapolated in 1/N); moments: the truncated hierarchy; "
+                        "spectral: the matrix-level flow")
 
 
 def add_spectral_arguments(parser):
     """Options of ``symattn theory SPEC --method spectral`` (--time, --points, --seed, --out and
     --method are the theory command's own): --size, --realisations, --spectra, --spectra-full,
     --spectra-plot, --no-error-estimate."""
-    parser.add_argument("--size", type=int, default=1000, help="spectral: matrix size N")
+    parser.add_argument("--size", type=int, default=None,
+                        help="spectral: pin the matrix size N (default: N = 256 and 128, extrapolated in 1/N)")
     parser.add_argument("--realisations", type=int, default=4,
                         help="spectral with SGD noise (ε > 0): antithetic noise paths averaged")
     parser.add_argument("--spectra", default=None, metavar="FILE",
@@ -421,8 +428,9 @@ def build_parser():
     q.add_argument("--dims", metavar="D1,D2[,D3]", default=None,
                    help="several d: simulate at each and extrapolate linearly in 1/d (exclusive with --dim)")
     q.add_argument("--seeds", type=int, default=4, help="seeds per dimension")
-    _theory_options(q, defaults_points=21, log_time=False)
-    q.add_argument("--size", type=int, default=1000, help="spectral: matrix size N")
+    _theory_options(q, defaults_points=21, log_time=False, init=None)
+    q.add_argument("--size", type=int, default=None,
+                   help="spectral: pin the matrix size N (default: 256 and 128, extrapolated in 1/N; --init sample: d)")
     q.add_argument("--out", default="compare_out", help="output folder")
     q.set_defaults(func=cmd_compare)
 

@@ -107,8 +107,12 @@ def plot(theory: dict, sim: dict, path, title="", extra: dict | None = None, sim
 def theory_label(info: dict) -> str:
     """Legend of the theory curve: which method drew it, at which ε."""
     eps = info.get("epsilon") or 0.0
-    what = f"matrix level, N = {info['size']}" if info.get("method") == "spectral" else \
-        f"moments, M = {info.get('truncation')}"
+    if info.get("method") == "spectral":
+        what = f"matrix level, N = {info['size']}"
+        if info.get("extrapolated"):
+            what = f"matrix level, N → ∞ from N = {info['size']}, {info['size_half']}"
+    else:
+        what = f"moments, M = {info.get('truncation')}"
     return f"theory ({what}, {'ε → 0' if not eps else f'ε = {eps:g}'})"
 
 
@@ -125,13 +129,23 @@ def theory_for(spec, time, points, truncation, init, dim, noise, method, size, s
     averaged over them (as the simulation's mean over the same seeds)."""
     from .derivation import derive
     from .integration import integrate
+    from .method import DEFAULT_SIZE, resolve
 
     eps = spec.epsilon(dim) if noise else 0.0
+    method = resolve(spec, method, truncation)
     if method == "spectral":
         from .spectral import solve_spectral
-        th = solve_spectral(spec, time=time, points=max(points, 51), size=size, epsilon=eps or None,
-                            noise_realisations=4, noise_antithetic=eps > 0)
-        return th.table, {"method": "spectral", "size": size, "epsilon": eps}, {}
+        kw = dict(time=time, points=max(points, 51), epsilon=eps or None, noise_realisations=4,
+                  noise_antithetic=eps > 0)
+        if init == "sample":
+            runs = [solve_spectral(spec, size=dim, seed=s, init="sample", **kw) for s in range(seeds)]
+            return _seed_mean(runs), {"method": "spectral", "size": dim, "epsilon": eps, "init": "sample",
+                                      "sampled_starts": seeds}, {}
+        th = solve_spectral(spec, size=size or DEFAULT_SIZE, extrapolate=size is None, **kw)
+        info = {"method": "spectral", "size": th.size, "epsilon": eps, "extrapolated": th.info["extrapolated"]}
+        if th.info["extrapolated"]:
+            info["size_half"] = th.info["size_half"]
+        return th.table, info, {}
     system = derive(spec, truncation)
     starts = range(seeds) if init == "sample" else [0]
     runs = [integrate(system, time=time, points=max(points, 101), init=init, dim=dim, seed=s, epsilon=eps)
@@ -152,7 +166,7 @@ def theory_for(spec, time, points, truncation, init, dim, noise, method, size, s
 
 
 def compare(spec, dim: int, seeds: int = 4, time: float = 1.0, points: int = 21, out=None, truncation=None,
-            init="free", noise: bool = True, method: str = "moments", size: int = 1000, workers=None,
+            init="sample", noise: bool = True, method: str = "auto", size: int | None = None, workers=None,
             progress=True) -> dict:
     """Run theory and simulation on one time grid; write the CSVs, figure and summary to ``out``."""
     from .simulation.run import simulate as _simulate
@@ -226,7 +240,7 @@ def extrapolate(tables_by_dim: dict) -> dict:
 
 
 def compare_dims(spec, dims, seeds: int = 4, time: float = 1.0, points: int = 21, out=None, truncation=None,
-                 noise: bool = True, method: str = "moments", size: int = 1000, workers=None,
+                 noise: bool = True, method: str = "auto", size: int | None = None, workers=None,
                  progress=True) -> dict:
     """Theory (d → ∞, free initial state) against SGD at every d in ``dims`` and against the 1/d
     extrapolation of the simulations (``extrapolate``). Writes ``simulation_d<D>.csv`` per d,

@@ -723,11 +723,17 @@ def plot_spectra(result: SpectralResult, sim_eigs=None, path="spectra.png", time
 def run_spectral_from_args(spec, args) -> SpectralResult:
     """Run ``solve_spectral`` from parsed ``theory`` arguments; write --spectra and --spectra-plot
     (the table itself is written by the caller, to --out or stdout). Returns the result."""
+    from .method import DEFAULT_SIZE
+
     spec = load_spec(spec)
     eps = 0.0 if args.noise == "off" else spec.epsilon(args.dim)
-    res = solve_spectral(spec, time=args.time, points=args.points, size=args.size, seed=args.seed,
+    sample = args.init == "sample"
+    size = args.dim if sample else (args.size or DEFAULT_SIZE)
+    res = solve_spectral(spec, time=args.time, points=args.points, size=size, seed=args.seed,
                          error_estimate=not args.no_error_estimate, epsilon=eps or None,
-                         noise_realisations=args.realisations, noise_antithetic=eps > 0)
+                         noise_realisations=args.realisations, noise_antithetic=eps > 0,
+                         extrapolate=args.size is None and not sample and not args.no_error_estimate,
+                         init=args.init)
     if args.spectra:
         res.spectra_to_csv(args.spectra, full=args.spectra_full)
     if args.spectra_plot:

@@ -380,11 +380,12 @@ def test_sigint_during_simulate(tmp_path, partial):
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []   # no temp file left
 
 
-def test_sigint_during_theory(tmp_path):
+@pytest.mark.parametrize("method,busy", [("moments", "deriving"), ("auto", "calibrating")])
+def test_sigint_during_theory(tmp_path, method, busy):
     out = tmp_path / "th.csv"
-    proc = _cli(["theory", "tied_softmax_L2", "--time", "0.25", "--out", out], tmp_path,
+    proc = _cli(["theory", "tied_softmax_L2", "--time", "0.25", "--method", method, "--out", out], tmp_path,
                 env={"SYMATTN_CACHE": str(tmp_path / "c")})
-    _wait_for(proc, "deriving")
+    _wait_for(proc, busy)
     time.sleep(1.0)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
@@ -398,7 +399,8 @@ def test_concurrent_derive_on_empty_cache(tmp_path):
     one valid copy of each module is left (the file's content hash equals its name)."""
     cache = tmp_path / "cache"
     env = {"SYMATTN_CACHE": str(cache)}
-    procs = [_cli(["theory", "tied_linear_L1", "--time", "0.01", "--points", "3", "--quiet"], tmp_path, env=env)
+    procs = [_cli(["theory", "tied_linear_L1", "--method", "moments", "--time", "0.01", "--points", "3", "--quiet"],
+                  tmp_path, env=env)
              for _ in range(2)]
     outs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs

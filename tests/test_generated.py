@@ -71,8 +71,8 @@ def test_module_identity_is_the_model_structure(tmp_path, monkeypatch):
     import re
     second.write_text(re.sub(r"noise_ratio = [0-9.e-]+", "noise_ratio = 0.0371", text))
     assert "0.0371" in second.read_text()
-    assert main(["theory", str(first), "--time", "0.001", "--points", "2", "--quiet", "--out", str(tmp_path / "1.csv")]) == 0
+    assert main(["theory", str(first), "--method", "moments", "--time", "0.001", "--points", "2", "--quiet", "--out", str(tmp_path / "1.csv")]) == 0
     before = sorted(p.name for p in cache.rglob("m_*.py"))
-    assert main(["theory", str(second), "--time", "0.001", "--points", "2", "--quiet", "--out", str(tmp_path / "2.csv")]) == 0
+    assert main(["theory", str(second), "--method", "moments", "--time", "0.001", "--points", "2", "--quiet", "--out", str(tmp_path / "2.csv")]) == 0
     assert sorted(p.name for p in cache.rglob("m_*.py")) == before and before
     assert (tmp_path / "1.csv").read_text() != (tmp_path / "2.csv").read_text()   # ε did change the answer
