@@ -54,7 +54,6 @@ class Kind:
     uses_init_scale: ClassVar[bool] = True
     fused_update: ClassVar[bool] = True    # SGD update = column rescaling + the packed −α∇ (else ``update``)
     closes: ClassVar[bool] = False         # its hierarchy flow preserves word length (closed at M = 2)
-    spectral: ClassVar[bool] = True        # realisable by the matrix-level solver
     fast_phase: ClassVar[bool] = False     # has an O(1/√d) mean with a fast phase (docs/theory.md §6)
 
     def __repr__(self):
