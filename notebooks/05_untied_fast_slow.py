@@ -288,15 +288,32 @@ fig.suptitle(f"untied, d = {D}, all times: lines matrix-level theory, dots SGD (
 fig.tight_layout(); savefig(fig); plt.show()
 
 # %%
-ok_long = sorted(long_res)
-reading(f"""**Reading (all times, d = {D}, τ ≤ {T_LONG}).** Started from each seed's own matrices, the matrix-level slow
-phase follows SGD: max |Δ overlap| {', '.join(f"{a} seed {s_}: {long_dev[a, s_]:.3f}" for a, s_ in ok_long)}. The
-free-law limit (N = {N_FREE}) reaches {free_final['linear']:.3f} for linear at τ = {T_LONG}; for
-{', '.join(NL)} its overlap starts at the O(1/N) overlap of independent rotations ({', '.join(f"{free_start[a]:.1e}" for a in NL)})
-and ends at {', '.join(f"{free_final[a]:+.3f}" for a in NL)}: the teacher mean is 0, there is no linear signal, but the
-uninformative point is unstable (docs/theory.md §6), so any finite size escapes after a time ∝ ln N and only
-N → ∞ stays at 0. At finite d the escape in SGD does not follow d^(−1/2) (README: 0.56 / 0.61 / 0.61 at
-d = 100 / 200 / 400 for h2).""")
+def escape(t, ov, level=0.3):
+    """First time with |overlap| > level (NaN if never)."""
+    hit = np.nonzero(np.abs(ov) > level)[0]
+    return float(t[hit[0]]) if hit.size else float("nan")
+
+
+esc = {k: (escape(th["time"], th["overlap_student_teacher"]), escape(sim["time"], sim_overlap(sim)))
+       for k, (th, sim) in long_res.items()}
+same_sign = {k: bool(np.sign(th["overlap_student_teacher"][-1]) == np.sign(sim_overlap(sim)[-1]))
+             for k, (th, sim) in long_res.items()}
+for k, (a_, b_) in esc.items():
+    print(f"{k[0]:6s} seed {k[1]}: τ(|overlap| > 0.3) matrix level {a_:.3f}, SGD {b_:.3f}; same sign: {same_sign[k]}")
+lin = [k for k in sorted(long_res) if k[0] == "linear"]
+nl = [k for k in sorted(long_res) if k[0] != "linear"]
+reading(f"""**Reading (all times, d = {D}, τ ≤ {T_LONG}).** *Linear*: started from each seed's own matrices the
+matrix-level slow phase lies on SGD over the whole run (max |Δ overlap| {', '.join(f"seed {k[1]}: {long_dev[k]:.3f}" for k in lin)}).
+*{', '.join(NL)}*: it escapes in the same direction as SGD ({sum(same_sign[k] for k in nl)} of {len(nl)} seed runs with the same final
+sign) and to the same learned state, but later: τ(|overlap| > 0.3) {', '.join(f"{k[0]} seed {k[1]}: {esc[k][0]:.2f} vs SGD {esc[k][1]:.2f}" for k in nl)},
+so the largest gap during the escape is {max(long_dev[k] for k in nl):.2f}. A likely reason, not tested here: the slaved
+theory leaves out the O(√ε) fluctuations of the SGD mean around m* (max |Δm| 0.065–0.100 above), which can seed
+the unstable mode earlier in SGD. The
+free-law limit (N = {N_FREE}) reaches {free_final['linear']:.3f} for linear at τ = {T_LONG}; for {', '.join(NL)} its overlap
+starts at the O(1/N) overlap of independent rotations ({', '.join(f"{free_start[a]:.1e}" for a in NL)}) and ends at
+{', '.join(f"{free_final[a]:+.3f}" for a in NL)}: the teacher mean is 0 and there is no linear signal, but the uninformative
+point is unstable (docs/theory.md §6), so any finite size escapes after a time ∝ ln N and only N → ∞ stays at 0.
+At finite d the h2 escape in SGD does not follow d^(−1/2) (README: 0.56 / 0.61 / 0.61 at d = 100 / 200 / 400).""")
 
 # %%
 nb.footer()
