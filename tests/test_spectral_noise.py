@@ -27,13 +27,19 @@ from symattn.integration import integrate
 from symattn.spectral import _Flow, _Noise, initial_realisation, solve_spectral
 
 
-def make(act="linear", sigma=1.0, sigma_t=1.0, M=4, eps=0.1, kind="tied"):
-    width_t = 0.5 if kind == "tied" else 1.0
+def make(act="linear", sigma=1.0, sigma_t=1.0, M=4, eps=0.1, kind="tied", teacher=None):
+    from symattn.kinds import KINDS
+
+    def index(name, role, k, scale, width):
+        ix = {"name": name, "role": role, "parameterization": k, "init_scale": scale}
+        if KINDS[k].uses_width:
+            ix["width"] = width
+        return ix
+
+    teacher = teacher or kind
     return load_spec({"name": "spectral_noise", "model": {"tokens": 1, "activation": act},
-                      "indices": [{"name": "student", "role": "student", "parameterization": kind, "width": 1.0,
-                                   "init_scale": sigma},
-                                  {"name": "teacher", "role": "teacher", "parameterization": kind,
-                                   "width": width_t, "init_scale": sigma_t}],
+                      "indices": [index("student", "student", kind, sigma, 1.0),
+                                  index("teacher", "teacher", teacher, sigma_t, 0.5 if teacher == "tied" else 1.0)],
                       "training": {"batch_size": 64, "noise_ratio": eps}, "theory": {"truncation": M}})
 
 
@@ -63,14 +69,17 @@ def moments_of(system, mats, N):
     return mu
 
 
-def columns(kind):
-    """Observed traces: column name -> word (q1 = Tr(M_a M_bᵀ)/N, q2 = Tr(M_a M_b)/N for untied)."""
-    if kind == "tied":
-        return {"tr_student": ((0, "S"),), "q_student_student": ((0, "S"), (0, "S")),
-                "q_student_teacher": ((0, "S"), (1, "S"))}
-    return {"tr_student": ((0, "S"),), "q1_student_student": ((0, "S"), (0, "T")),
-            "q2_student_student": ((0, "S"), (0, "S")), "q1_student_teacher": ((0, "S"), (1, "T")),
-            "q2_student_teacher": ((0, "S"), (1, "S"))}
+def columns(spec):
+    """Observed traces: column name -> word (q1 = Tr(M_a M_bᵀ)/N, q2 = Tr(M_a M_b)/N for a pair of
+    non-symmetric indices, q = Tr(S_a S_b)/N otherwise)."""
+    sym = [ix.symmetric for ix in spec.indices]
+    out = {"tr_student": ((0, "S"),)}
+    for b, name in ((0, "student_student"), (1, "student_teacher")):
+        if sym[0] or sym[b]:
+            out[f"q_{name}"] = ((0, "S"), (b, "S"))
+        else:
+            out[f"q1_{name}"], out[f"q2_{name}"] = ((0, "S"), (b, "T")), ((0, "S"), (b, "S"))
+    return out
 
 
 def measure(mats, cols, N):
@@ -84,20 +93,24 @@ def measure(mats, cols, N):
     return out
 
 
-COLS = columns("tied")
+COLS = columns(make())
 
 
-@pytest.mark.parametrize("kind,act,sigma,N", [("tied", "linear", 1.0, 300), ("tied", "h2", 0.5, 300),
-                                              ("untied", "linear", 1.0, 200), ("untied", "h3", 0.7, 200)])
-def test_generator_matches_noisy_hierarchy(kind, act, sigma, N):
+@pytest.mark.parametrize("kind,teacher,act,sigma,N", [
+    ("tied", "tied", "linear", 1.0, 300), ("tied", "tied", "h2", 0.5, 300),
+    ("untied", "untied", "linear", 1.0, 200), ("untied", "untied", "h3", 0.7, 200),
+    ("general", "tied", "h2", 0.7, 200), ("untied", "tied", "linear", 1.0, 150),
+    ("tied", "untied", "h2", 0.7, 150)])
+def test_generator_matches_noisy_hierarchy(kind, teacher, act, sigma, N):
+    """Every kind's matrix-level vector field and noise map against its hierarchy (docstring above)."""
     eps, h, pairs = 0.1, 1e-3, 80
-    spec = make(act, sigma, sigma, kind=kind)
+    spec = make(act, sigma, sigma, kind=kind, teacher=teacher)
     system = derive(spec)
     mats = initial_realisation(spec, N, seed=0)
     mu = moments_of(system, mats, N)
     mod = compiled(system)
     r_eps, r_0 = mod.rhs(0.0, mu, system.params(eps)), mod.rhs(0.0, mu, system.params(0.0))
-    cols = columns(kind)
+    cols = columns(spec)
 
     flow = _Flow(spec, mats, N, system.potential)
     noise = _Noise(flow, nu_expectations(system.potential), eps, np.random.default_rng(7))
