@@ -89,8 +89,20 @@ def solve(system, y0, time: float, points: int, epsilon: float = 0.0, rtol=None,
     atol = atol or (1e-9 if quad else 1e-12)
     from .codegen.systems import compiled
     mod = compiled(system)
-    params = system.params(epsilon)
+    params = system.params(epsilon, y0)
     t_eval = time_grid(time, points, log_time)
+    refresh = bool(epsilon) and hasattr(mod, "noise_values")
+    last = [None, params]
+
+    def current(y):
+        """params with the non-polynomial ν of the state, re-evaluated when θ moved by more than 1 %
+        (relative) since the last evaluation: ν is an O(ε) coefficient calibrated to 2e-2 only."""
+        if not refresh:
+            return params
+        th = y[system.theta_words]
+        if last[0] is None or np.max(np.abs(th - last[0])) > 1e-2 * (1.0 + np.max(np.abs(last[0]))):
+            last[0], last[1] = th.copy(), system.params(epsilon, values=mod.noise_values(y))
+        return last[1]
 
     def blowup(t, y, p):
         return BLOWUP - np.max(np.abs(y)) if np.all(np.isfinite(y)) else -1.0
@@ -101,7 +113,7 @@ def solve(system, y0, time: float, points: int, epsilon: float = 0.0, rtol=None,
 
     def rhs(t, y, p):
         bar.update(int(1000 * t / time) if time > 0 else 0)
-        return mod.rhs(t, y, p)
+        return mod.rhs(t, y, current(y))
 
     try:
         sol = solve_ivp(rhs, (0.0, time), np.asarray(y0, dtype=float), t_eval=t_eval, args=(params,),

@@ -104,7 +104,7 @@ def one_step_noise(spec, d, seeds=3, batches=150):
             for c in m0:
                 even[c].append(((moved[0][c] + moved[1][c]) / 2 - m0[c]) * d / alpha)
         y0 = system.initial("sample", dim=d, seed=s)
-        r = system.rhs(0, y0, system.params(eps)) - system.rhs(0, y0, system.params(0.0))
+        r = system.rhs(0, y0, system.params(eps, y0)) - system.rhs(0, y0, system.params(0.0))
         for c in m0:
             parts = c.split("_")
             k = [spec.names.index(p) for p in parts[1:]]
@@ -267,7 +267,7 @@ def test_tied_kappa_equal_initial_slope_is_noise():
     y_free = system.initial("free")
     i12 = system.index(((0, "S"), (1, "S")))
     assert abs(system.rhs(0, y_free, system.params(0.0))[i12]) < 1e-12
-    limit = system.rhs(0, y_free, system.params(eps))[i12]
+    limit = system.rhs(0, y_free, system.params(eps, y_free))[i12]
     assert abs(limit - 2 * eps) < 1e-9              # 4εν μ(S)μ(S*) with ν = 2(q11+q22−2q12) = 2, μ = 1/2
     T, seeds = 0.004, 16
     for d in (100, 200):

@@ -161,9 +161,9 @@ def one_step(spec, d, seeds, batches, family="plain", system=None, control=True)
         y, c = slave_student(system, facs)
         shifts.append(c)
         mod = compiled(system)
-        r = mod.rhs(0, y, system.params(eps)) - mod.rhs(0, y, system.params(0.0))
+        r = mod.rhs(0, y, system.params(eps, y)) - mod.rhs(0, y, system.params(0.0))
         if s == 0:                                  # generated module == reference implementation
-            ref = system.rhs(0, y, system.params(eps)) - system.rhs(0, y, system.params(0.0))
+            ref = system.rhs(0, y, system.params(eps, y)) - system.rhs(0, y, system.params(0.0))
             n_mom = system.n_moments
             assert np.allclose(r[:n_mom], ref[:n_mom], rtol=1e-9, atol=1e-12)
         parts = noise_parts(system, y, eps)
@@ -203,13 +203,13 @@ def one_step(spec, d, seeds, batches, family="plain", system=None, control=True)
 
 
 def _nu_values(system, y, eps):
-    coef = system.coefficients(y, system.params(eps))
+    coef = system.coefficients(y, system.params(eps, y))
     return [coef[system.coef_names.index(n)] for n in ("nu1_0_0", "nu2_0_0")]
 
 
 def noise_parts(system, y, eps) -> dict:
     """{coefficient name: {column: its share of the noise term}} at state y (ε ν1 and ε ν2 terms)."""
-    coef = system.coefficients(y, system.params(eps))
+    coef = system.coefficients(y, system.params(eps, y))
     T, out = system.terms, {}
     for name in ("nu1_0_0", "nu2_0_0"):
         key = system.coef_names.index(name)

@@ -158,14 +158,6 @@ def expectation_code(E, fname, tag, gradient=True):
         else:
             body += [f"    val += _expect_{tag}{n}(theta)"]
     body.append("    return val, grad" if gradient else "    return val")
-    if E.quad_terms and not gradient:
-        # slowly varying O(ε) coefficient: re-evaluated when θ moved by more than 1% (relative)
-        body += ["", "", f"_{tag}_last = [None, 0.0]", "", "",
-                 f"def {fname}_cached(theta):",
-                 f"    last = _{tag}_last",
-                 "    if last[0] is None or np.max(np.abs(theta - last[0])) > 1e-2 * (1.0 + np.max(np.abs(last[0]))):",
-                 f"        last[0], last[1] = theta.copy(), {fname}(theta)",
-                 "    return last[1]"]
     rules = {(*t.rule(order), t.dim, t.half_width) for t in E.quad_terms}
     return "\n\n".join(parts) + "\n\n" + "\n".join(body) + "\n", rules
 

@@ -8,19 +8,33 @@ once per system object. The derivation knows nothing of code: this module reads 
 """
 from __future__ import annotations
 
-from ..derivation.noise import noise_expectation_items
+from ..derivation.noise import noise_expectation_items, quadrature_nu_names
 from ..derivation.untied import FD_STEP, NEWTON_STEPS, NEWTON_TOL, UntiedSystem
 from .emit import gamma_lines, gradient_matrix_lines, module_source, template
 from .load import cached_module
 
 
 def noise_coefficient_lines(coef_names, nu: dict) -> list:
-    """Generated-code version of :func:`fill_noise_coefficients` (params[1] = ε)."""
+    """Generated-code version of :func:`fill_noise_coefficients` (params[1] = ε; a non-polynomial ν
+    from params[2:], ``quadrature_nu_names`` order, so that the right-hand side holds no state)."""
+    quad = quadrature_nu_names(nu)
     lines = []
-    for name, E in nu.items():
-        fn = name + ("_cached" if E.quad_terms else "")
-        lines.append(f"    coef[{coef_names.index(name)}] = params[1] * {fn}(theta)")
+    for name in nu:
+        value = f"params[{2 + quad.index(name)}]" if name in quad else f"{name}(theta)"
+        lines.append(f"    coef[{coef_names.index(name)}] = params[1] * {value}")
     return lines
+
+
+def noise_values_source(system) -> str:
+    """``noise_values(mu)``: the non-polynomial ν at the state, for the caller to pass as params[2:]."""
+    quad = quadrature_nu_names(system.nu)
+    if not quad:
+        return ""
+    means = "    theta = _solve_means(theta)\n" if isinstance(system, UntiedSystem) else ""
+    return ("\n\ndef noise_values(mu):\n"
+            '    """Non-polynomial SGD-noise constants ν at the state: params[2:] of ``rhs``."""\n'
+            f"    theta = mu[THETA_WORDS]\n{means}"
+            f"    return np.array([{', '.join(f'{n}(theta)' for n in quad)}])\n")
 
 
 def symmetric_coefficient_lines(system) -> list:
@@ -82,8 +96,9 @@ def source(system) -> str:
     if untied:
         text = module_source(system, system.kind, untied_coefficient_lines(system),
                              extra=untied_extra_source(system), expectations=nus)
-        return text + untied_rhs_source(system)
-    return module_source(system, system.kind, symmetric_coefficient_lines(system), expectations=nus)
+        return text + untied_rhs_source(system) + noise_values_source(system)
+    return module_source(system, system.kind, symmetric_coefficient_lines(system), expectations=nus) + \
+        noise_values_source(system)
 
 
 def compiled(system):

@@ -62,9 +62,15 @@ class MomentSystem:
     def spec_text(self) -> str:
         return json.dumps(self.spec.structure, indent=1, sort_keys=True, default=str)
 
-    def params(self, epsilon: float = 0.0) -> np.ndarray:
-        """Run-time parameters of the RHS: [weight decay γ, noise ratio ε]."""
-        return np.array([self.spec.weight_decay, epsilon])
+    def params(self, epsilon: float = 0.0, y=None, values=None) -> np.ndarray:
+        """Run-time parameters of the RHS: [weight decay γ, noise ratio ε, non-polynomial ν at θ(y)...]
+        (``derive.noise.noise_params``)."""
+        from .noise import noise_params
+        return noise_params(self, epsilon, y, values)
+
+    def theta_of(self, y) -> np.ndarray:
+        """The order parameters θ of Φ at state y."""
+        return np.asarray(y, dtype=float)[self.theta_words]
 
     # Reference (pure Python/NumPy) implementation; the generated module computes the same.
     def coefficients(self, mu, params) -> np.ndarray:

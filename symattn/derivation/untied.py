@@ -45,6 +45,7 @@ from .hierarchy import apply_flows, pack_terms
 from .means import FD_STEP, NEWTON_STEPS, NEWTON_TOL, fast_flow, mean_residual, mean_velocity, relax_means, solve_means
 from .noise import (
     fill_noise_coefficients,
+    noise_params,
     noise_terms,
     nu_expectations,
     nu_names,
@@ -121,8 +122,13 @@ class UntiedSystem:
     def spec_text(self) -> str:
         return json.dumps(self.spec.structure, indent=1, sort_keys=True, default=str)
 
-    def params(self, epsilon: float = 0.0) -> np.ndarray:
-        return np.array([self.spec.weight_decay, epsilon])
+    def params(self, epsilon: float = 0.0, y=None, values=None) -> np.ndarray:
+        """[weight decay γ, noise ratio ε, non-polynomial ν at θ(y)...] (``derive.noise.noise_params``)."""
+        return noise_params(self, epsilon, y, values)
+
+    def theta_of(self, y) -> np.ndarray:
+        """θ at state y with the slaved means."""
+        return self.solve_means(np.asarray(y, dtype=float)[self.theta_words])
 
     def retruncate(self, M: int):
         return derive_untied(self.spec, M, potential=self.potential, nu=self.nu)
