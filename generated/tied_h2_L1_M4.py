@@ -136,7 +136,7 @@ def nu_0_0(theta):
 
 @njit(cache=True)
 def coefficients(mu, params):
-    """coef[key] of the sparse terms at the current moments; params = [γ, ε]."""
+    """coef[key] of the sparse terms at the current moments; params = [γ, ε, non-polynomial ν...]."""
     theta = mu[THETA_WORDS]
     phi, g = phi_and_grad(theta)
     coef = np.zeros(7)
@@ -172,5 +172,6 @@ def rhs_terms(mu, coef):
 
 @njit(cache=True)
 def rhs(t, mu, params):
-    """dμ/dt on package time; params = [weight decay γ, noise ratio ε]."""
+    """dμ/dt on package time, a pure function of (t, mu, params); params = [weight decay γ, noise
+    ratio ε, the non-polynomial ν (``noise_values``) when there are any]."""
     return rhs_terms(mu, coefficients(mu, params))

@@ -725,18 +725,8 @@ def nu_0_0(theta):
     return val
 
 
-_nu00_last = [None, 0.0]
-
-
-def nu_0_0_cached(theta):
-    last = _nu00_last
-    if last[0] is None or np.max(np.abs(theta - last[0])) > 1e-2 * (1.0 + np.max(np.abs(last[0]))):
-        last[0], last[1] = theta.copy(), nu_0_0(theta)
-    return last[1]
-
-
 def coefficients(mu, params):
-    """coef[key] of the sparse terms at the current moments; params = [γ, ε]."""
+    """coef[key] of the sparse terms at the current moments; params = [γ, ε, non-polynomial ν...]."""
     theta = mu[THETA_WORDS]
     phi, g = phi_and_grad(theta)
     coef = np.zeros(7)
@@ -757,7 +747,7 @@ def coefficients(mu, params):
     coef[3] = gamma[0, 1]
     coef[4] = gamma[1, 0]
     coef[5] = gamma[1, 1]
-    coef[6] = params[1] * nu_0_0_cached(theta)
+    coef[6] = params[1] * params[2]
     return coef
 
 
@@ -771,5 +761,12 @@ def rhs_terms(mu, coef):
 
 
 def rhs(t, mu, params):
-    """dμ/dt on package time; params = [weight decay γ, noise ratio ε]."""
+    """dμ/dt on package time, a pure function of (t, mu, params); params = [weight decay γ, noise
+    ratio ε, the non-polynomial ν (``noise_values``) when there are any]."""
     return rhs_terms(mu, coefficients(mu, params))
+
+
+def noise_values(mu):
+    """Non-polynomial SGD-noise constants ν at the state: params[2:] of ``rhs``."""
+    theta = mu[THETA_WORDS]
+    return np.array([nu_0_0(theta)])
