@@ -163,6 +163,8 @@ def cmd_theory(args):
             raise UsageError("--truncation: not used by --method spectral (the matrix-level flow has no truncation)")
         if args.size is not None:
             _whole("--size", args.size, 4)
+            if args.init == "sample":
+                raise UsageError("--size: not used with --init sample (the matrices are simulate's, N = --dim)")
         _whole("--realisations", args.realisations, 1)
         for opt in ("spectra", "spectra_plot"):
             if getattr(args, opt):
@@ -246,6 +248,9 @@ def cmd_compare(args):
     _whole("--points", args.points, 2)
     if args.size is not None:
         _whole("--size", args.size, 4)
+        if (args.init or ("free" if args.dims else "sample")) == "sample":
+            raise UsageError("--size: not used with --init sample (the matrices are simulate's, N = --dim); "
+                             "add --init free")
     if args.truncation is not None:
         _truncation(args, spec)
     check_output_dir(args.out, "--out")

@@ -200,7 +200,10 @@ class _Flow:
         if not np.all(np.isfinite(th)) or (th.size and np.abs(th).max() > _BLOWUP):
             raise NumericalFailure(f"spectral flow diverged (order parameters {np.abs(th).max():.3g}) at time {t:.6g}", t)
         if slave and self.mean_pos:
-            th = solve_means(self.P, th, self.mean_pos)
+            try:
+                th = solve_means(self.P, th, self.mean_pos)
+            except NumericalFailure as exc:
+                raise NumericalFailure(f"spectral flow: {exc} at time {t:.6g}", t) from None
         return th, grams
 
     def relax(self, mats, fast_time: float = 200.0, initial_means: dict | None = None):
