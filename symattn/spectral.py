@@ -1,17 +1,22 @@
-"""All-time deterministic "spectral" solver of the d → ∞ matrix flow (issue 6).
+"""The matrix-level ("spectral") limit: the d → ∞ flow of the trained matrices at size N, all times.
 
 The zero-truncated moment hierarchy (docs/theory.md §5) converges only in a finite time window. Here
 the limit flow is integrated at matrix level on one realisation of size N of the asymptotically
 free initial laws, with quantile (not random) spectra, so that the only finite-N effects are the
 discretisation of the spectra and the O(1/N) fluctuations of the Haar rotations:
 
-* tied students (package time ``t = nα/d``, docs/theory.md §3, §5 ×4)
-  ``dS_k/dt = −4 Σ_l Γ_kl(q) (S_l S_k + S_k S_l) − 2γ S_k``, integrated on a factor
-  ``dW_k/dt = −4 (Σ_l Γ_kl S_l) W_k − γ W_k`` (so that ``d(W W^T)/dt`` is the S flow above, PSD
-  and symmetric by construction, and an atom at 0 of the initial law stays at 0);
-* direct students ``dS_k/dt = −2 Σ_l Γ_kl S_l − γ S_k`` (docs/theory.md §4 with Ω = Ψ);
-* frozen teachers; ``q_kl = Tr(S_k S_l)/N`` on the current matrices and Γ from
-  :class:`symattn.derivation.potential.Potential`.
+each trainable index moves by its kind's ``matrix_velocity`` (package time ``t = nα/d``):
+
+* tied ``dW_k/dt = −4 (Σ_l Γ_kl S_l) W_k − γ W_k`` (so that ``d(W W^T)/dt`` is the S flow
+  ``−4 Σ_l Γ_kl (S_l S_k + S_k S_l) − 2γ S_k``, PSD by construction; an atom at 0 stays at 0);
+* direct ``dS_k/dt = −2 Σ_l Γ_kl S_l − γ S_k``; general ``−2 Σ_l (GΩ_kl S_l + GΨ_kl S_lᵀ) − γ S_k``;
+* untied (the slow phase, docs/theory.md §6) ``U̇ = −βV − 2XV − γU``, ``V̇ = −βU − 2XᵀU − γV``,
+  ``X_k = Σ_l (GΩ_kl M_l + GΨ_kl M_lᵀ)``, β the force that keeps tr M fixed, and Φ's gradients
+  at the means slaved to ∂Φ/∂m = 0 (``derivation.means``: Newton with the exact Hessian,
+  warm-started from the last solution; the fast phase relaxes them first);
+* frozen teachers; the order parameters are traces of the current matrices and the gradients come
+  from :class:`symattn.derivation.potential.Potential`. ``init="sample"`` starts from the very
+  matrices a simulation seed draws instead of the quantile realisation below.
 
 Realisation of the initial laws (docs/theory.md §7): the first frozen, non-identity index is diagonal
 with exact quantile eigenvalues ``λ_i = F^{-1}((i − ½)/N)`` of its law; every other index is
@@ -21,18 +26,19 @@ Gaussian matrix with sign fix), so the family is asymptotically free. Laws: tied
 atom 1 − κ at 0 when κ < 1); direct (``σ·GOE`` with ``Tr Z²/N → 1``) = semicircle of radius 2σ;
 identity teacher = ``scale·I``.
 
-Representations (cost per right-hand side): ``scalar`` c·I, ``diag`` (a frozen diagonal teacher,
-products are row scalings), ``factor`` W (N×r, r = rank, S = W W^T never formed: products are
-``W_l (W_l^T W_k)`` and ``q_kl = ‖W_k^T W_l‖²_F / N``) and ``dense`` S (direct students). All
-N³ work is matrix products (BLAS).
+Representations (``symattn.matrix``): ``scalar`` c·I, ``diag`` (a frozen diagonal teacher),
+``factor`` W (S = W W^T never formed: products are ``W_l (W_l^T W_k)``), ``dense`` / ``ndense``
+S (direct / general), ``pair`` (U, V) (untied, M = UVᵀ never formed). All N³ work is BLAS.
 
 Finite-N error: the same flow at N and N/2 (independent rotations); ``<col>_err = |f(N) − f(N/2)|``
-estimates the O(1/N) error of f(N).
+estimates the O(1/N) error of f(N); ``extrapolate`` reports 2f(N) − f(N/2).
 
 SGD noise (optional, ``epsilon = ε = αd/B > 0``; docs/theory.md §7, ``derive/noise.py``). Route chosen: a
 *matrix-level Gaussian-equivalent stochastic flow*. Of the batch-gradient fluctuation δ_k only its
 second moments enter the O(ε) limit, ``E Tr(X δ_k Y δ_l)/d → (ν_kl/B) tr X tr Y``, so δ is replaced
-by a symmetric Gaussian (GOE-like) matrix with exactly these second moments; summed over the d·dt/α
+by a Gaussian matrix with exactly these second moments (symmetric for symmetric kinds; for
+non-symmetric ones a symmetric part of covariance (ν1 + ν2)/2 and a skew part of (ν2 − ν1)/2,
+``_Noise.increments``); summed over the d·dt/α
 SGD steps of a time step dt the fluctuation α·δ becomes dΞ_k with
 
     E Tr(X dΞ_k Y dΞ_l)/N = ε ν_kl(q) dt · tr X tr Y   (leading order in 1/N).
@@ -41,13 +47,14 @@ For a GOE, ``E[Ξ_ab Ξ_cd] = s²(δ_ac δ_bd + δ_ad δ_bc)`` gives ``E Tr(XΞY
 and ``E[ΞYΞ] = s²(Tr Y·I + Y)``, hence ``s² = ε ν dt / N``: ``dΞ_k = √(ε dt/N) Σ_m C_km Z_m`` with
 independent ``Z_m = (G + Gᵀ)/√2`` (G i.i.d. N(0, 1), so ``E[Z_ab Z_cd] = δ_ac δ_bd + δ_ad δ_bc``) and
 ``C Cᵀ = ν`` (Cholesky of the trainable ν matrix at the current q; eigenvalue-clipped square root if
-ν is not numerically positive definite). One step of size dt (Lie splitting, weak order 1 in dt):
-RK4 step of the deterministic drift above, then the exact SGD-shaped noise map
+ν is not numerically positive definite). The drift takes adaptive Dormand–Prince steps; the exact
+SGD-shaped noise map
 
     tied    W_k ← (I − 2 dΞ_k) W_k      ⇔  S_k ← (I − 2dΞ_k) S_k (I − 2dΞ_k)
-    direct  S_k ← S_k − dΞ_k
+    direct, general  S_k ← S_k − dΞ_k;   untied  U_k ← U_k − dΞ_k V_k,  V_k ← V_k − dΞ_kᵀ U_k
 
-with ν evaluated at the start of the step (Itô). The Itô drift is then automatic:
+is applied in the symmetric (Strang) order around each drift step, with ν at the state it acts on
+(Itô). The Itô drift is then automatic:
 ``E[(I − 2dΞ)S(I − 2dΞ)] = S + 4 E[dΞ S dΞ] = S + 4εν_kk dt (tr(S) I + S/N)``, i.e.
 ``4εν_kk tr(S_k) I`` of the hierarchy up to O(1/N); the pair contractions of two insertions
 (``E Tr(X dΞ Y dΞ)/N``) reproduce the hierarchy's split words in the same way. Why this route:
