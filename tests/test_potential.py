@@ -666,3 +666,43 @@ def test_softmax_quadrature_meets_its_tolerance_against_a_much_finer_rule():
         ref_val, ref_grad = ref_val + v, ref_grad + g
     assert abs(val - ref_val) <= 1e-8 * abs(ref_val)
     assert np.max(np.abs(grad - ref_grad)) <= 1e-8 * max(1.0, np.max(np.abs(ref_grad)))
+
+
+@cache
+def _softmax_L3():
+    spec = {"name": "softmax_L3", "model": {"tokens": 3, "activation": "softmax", "beta": 1.0},
+            "indices": [{"name": "student", "role": "student", "parameterization": "tied", "width": 1.0,
+                         "init_scale": 1.0},
+                        {"name": "teacher", "role": "teacher", "parameterization": "tied", "width": 0.5,
+                         "init_scale": 1.0}]}
+    return Potential(symattn.load_spec(spec), tol=1e-8)
+
+
+def test_separable_cross_terms_equal_the_tensor_rule():
+    """L = 3 softmax: the student-row × teacher-row cross terms (4-d after projection) go through
+    ``SeparableTerm`` — two 2-d grids and the Gaussian kernel — instead of the 4-d tensor rule. At the
+    same 37 nodes per dimension both give Φ and ∇Φ of each term to 1e-9 (measured 1.9e-11 and 6.8e-10),
+    at ≈ 2·37² instead of 37⁴ integrand evaluations (measured 0.025 s vs 3.6 s per term). Where the
+    two rows are almost perfectly correlated (|R| > 0.95) the term falls back to the tensor rule."""
+    from symattn.symbolic.quadrature import SeparableTerm, separable_split
+
+    P = _softmax_L3()
+    seps = [t for t in P.quad_terms if isinstance(t, SeparableTerm)]
+    assert len(seps) == 3 and all(t.dim == 4 for t in seps)
+    assert not any(isinstance(t, SeparableTerm) for t in P.quad_terms if t.dim < 4)
+    th = P.theta({"q_student_student": 2.0, "q_student_teacher": 0.5, "q_teacher_teacher": 0.75})
+    t = seps[0]
+    v_sep, g_sep = t.evaluate(th, 37, (37, "trapezoid"))
+    v_ten, g_ten = _tensor(t, th, 37)
+    assert abs(v_sep - v_ten) < 1e-9 and np.max(np.abs(g_sep - g_ten)) < 1e-9
+    near = P.theta({"q_student_student": 1.0, "q_student_teacher": 0.995, "q_teacher_teacher": 1.0})
+    np.testing.assert_array_equal(t.evaluate(near, 9, (9, "trapezoid"))[1], _tensor(t, near, 9)[1])
+    x, y = sp.symbols("x y", real=True)
+    assert separable_split(sp.exp(x * y), [x, y]) is None and separable_split(sp.exp(x) * y, [x, y]) is not None
+
+
+def _tensor(term, theta, n):
+    """The same term on the plain tensor rule (the parent class's expectations)."""
+    from symattn.symbolic.quadrature import QuadTerm
+    Ef, Eg, EH = QuadTerm._expectations(term, theta, n, (n, "trapezoid"))
+    return Ef, term.mu_theta @ Eg + 0.5 * np.einsum("pab,ab->p", term.cov_theta, EH)

@@ -21,7 +21,7 @@ import sympy as sp
 from ..spec import Spec, load_spec
 from ..symbolic.gaussian import GaussianG, OrderParameters
 from ..symbolic.loss import build_loss
-from ..symbolic.quadrature import MAX_NODES, QuadTerm, adaptive_order, half_width_for
+from ..symbolic.quadrature import MAX_NODES, QuadTerm, SeparableTerm, adaptive_order, half_width_for
 
 DIVERGED = 1e-2     # a quadrature still changing by this much (relative) at its node cap has no limit
 
@@ -88,8 +88,11 @@ class GaussianExpectation:
             mu0[a], mut[:, a] = coeffs(mu[a])
             for b in range(n):
                 cov0[a, b], covt[:, a, b] = coeffs(cov[a][b])
-        return QuadTerm(expr, variables, mu0, mut, cov0, covt, gradient=self.gradient,
-                        half_width=half_width_for(self.tol), max_nodes=self.max_nodes)
+        # separable cross terms through two grids and a kernel (Φ and its gradient only: the generated
+        # modules evaluate the tensor rule, so value-only expectations such as ν keep it, bit for bit)
+        cls = SeparableTerm if self.gradient and SeparableTerm.usable(expr, variables) else QuadTerm
+        return cls(expr, variables, mu0, mut, cov0, covt, gradient=self.gradient,
+                   half_width=half_width_for(self.tol), max_nodes=self.max_nodes)
 
     @property
     def is_closed_form(self) -> bool:

@@ -244,3 +244,146 @@ def adaptive_order(terms, theta, tol, start=17, relative=False):
         scale = np.max(np.abs(cur)) if relative else max(1.0, np.max(np.abs(cur)))
         if err <= tol * scale:
             return order, float(err) + fixed
+
+
+def separable_split(expr, variables):
+    """[(f_m, g_m)], xs, xt when expr = Σ_m f_m(xs) g_m(xt) over two disjoint, non-empty variable sets
+    (a student row times a teacher row of a softmax cross term), else None."""
+    terms = sp.Add.make_args(sp.expand(expr, deep=False))
+    first = [f.free_symbols for f in sp.Mul.make_args(terms[0]) if f.free_symbols]
+    if len(first) < 2:
+        return None
+    seed = max(first, key=len)                   # grow one side from the largest factor's variables
+    side = set(seed)
+    changed = True
+    while changed:                               # close under "shares a factor with"
+        changed = False
+        for t in terms:
+            for f in sp.Mul.make_args(t):
+                fs = f.free_symbols
+                if fs & side and not fs <= side:
+                    side |= fs
+                    changed = True
+    xs = [v for v in variables if v in side]
+    xt = [v for v in variables if v not in side]
+    if not xs or not xt:
+        return None
+    pairs = []
+    for t in terms:
+        f, g = sp.Integer(1), sp.Integer(1)
+        for fac in sp.Mul.make_args(t):
+            if fac.free_symbols and fac.free_symbols <= side:
+                f *= fac
+            else:
+                g *= fac
+        if g.free_symbols & side:
+            return None
+        pairs.append((f, g))
+    return pairs, xs, xt
+
+
+class SeparableTerm(QuadTerm):
+    """A quadrature term of the form Σ_m f_m(x_s) g_m(x_t) (disjoint x_s, x_t; both at least 2-d after
+    projection). The tensor rule of the joint would evaluate the integrand at n^(r_s + r_t) nodes; here
+    each side is evaluated on its own n^r grid (whitened marginal: y = μ + B z) and the joint comes in
+    through the Gaussian kernel K(u, v) = p(u, v)/(φ(u)φ(v)) = det M^(−½) exp(−½ wᵀ(M⁻¹ − I)w),
+    M = [[I, R], [Rᵀ, I]], R = B_s⁻¹ Σ_st B_t⁻¹: E[φ(x_s) ψ(x_t)] = Σ_ij w_i w_j φ_i K_ij ψ_j, the same
+    rule and the same nodes per dimension as the tensor rule — only ≈ 2n^r integrand evaluations
+    instead of n^(2r). Falls back to the tensor rule where R is near-singular (|R| > 0.95)."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        split = separable_split(self.expr, self.variables)
+        self.pairs, self.xs, self.xt = split
+        mods = [{"Heaviside": lambda x, h0=0.5: np.heaviside(x, h0)}, "numpy"]
+        self.sides = []
+        for vs, exprs in ((self.xs, [f for f, _ in self.pairs]), (self.xt, [g for _, g in self.pairs])):
+            rng = np.random.default_rng(777)
+            comb = sum(float(c) * e for c, e in zip(rng.uniform(1.0, 2.0, len(exprs)), exprs))
+            Pv = canonical_basis(invariant_projection(comb, vs))
+            outs = []
+            for e in exprs:
+                d = [sp.diff(e, a) for a in vs]
+                outs += [e] + d + [sp.diff(x, b) for x in d for b in vs]
+            self.sides.append((vs, Pv, sp.lambdify([vs], outs, modules=mods, cse=True), len(exprs)))
+        idx = {v: i for i, v in enumerate(self.variables)}
+        self.index_s = [idx[v] for v in self.xs]
+        self.index_t = [idx[v] for v in self.xt]
+
+    @staticmethod
+    def usable(expr, variables) -> bool:
+        """Separable, no Dirac mass in the Hessians, and at least two directions on each side."""
+        split = separable_split(expr, variables)
+        if split is None:
+            return False
+        pairs, xs, xt = split
+        for vs, exprs in ((xs, [f for f, _ in pairs]), (xt, [g for _, g in pairs])):
+            if any(sp.diff(e, a, b).has(sp.DiracDelta) for e in exprs for a in vs for b in vs):
+                return False
+            comb = sum((k + 1) * e for k, e in enumerate(exprs))
+            if invariant_projection(comb, vs).shape[0] < 2:
+                return False
+        return True
+
+    def _side(self, j, mu, cov, n_dim, kind):
+        """(Y in whitened coordinates z, weights, B, values per pair (f, ∇f, ∇²f))."""
+        vs, Pv, fn, npairs = self.sides[j]
+        mu_y, cov_y = Pv @ mu, Pv @ cov @ Pv.T
+        lam, Q = np.linalg.eigh(cov_y)
+        if lam.min() <= 1e-12 * max(lam.max(), 1e-300):
+            return None
+        B = (Q * np.sqrt(lam)) @ Q.T
+        Binv = (Q / np.sqrt(lam)) @ Q.T
+        z, w = gauss_rule(n_dim, Pv.shape[0], self.half_width, kind)
+        X = (mu_y + z @ B.T) @ Pv
+        k = len(vs)
+        with np.errstate(all="ignore"):
+            vals = fn([X[:, a] for a in range(k)])
+        vals = [np.broadcast_to(np.asarray(v, dtype=float), w.shape) for v in vals]
+        per = 1 + k + k * k
+        out = []
+        for m in range(npairs):
+            v = vals[m * per:(m + 1) * per]
+            out.append((v[0], np.stack(v[1:1 + k], axis=1), np.stack(v[1 + k:], axis=1).reshape(-1, k, k)))
+        return z, w, B, Binv, Pv, out
+
+    def _expectations(self, theta, order, rule=None):
+        n_dim, kind = rule or self.rule(order)
+        mu = self.mu0 + theta @ self.mu_theta
+        cov = self.cov0 + np.tensordot(theta, self.cov_theta, axes=1)
+        s, t = self.index_s, self.index_t
+        S = self._side(0, mu[s], cov[np.ix_(s, s)], n_dim, kind)
+        T = self._side(1, mu[t], cov[np.ix_(t, t)], n_dim, kind)
+        if S is None or T is None:
+            return super()._expectations(theta, order, rule)
+        zs, ws, Bs, Bsi, Ps, fs = S
+        zt, wt, Bt, Bti, Pt, gt = T
+        R = Bsi @ (Ps @ cov[np.ix_(s, t)] @ Pt.T) @ Bti
+        if np.linalg.norm(R, 2) > 0.95:
+            return super()._expectations(theta, order, rule)
+        rs, rt = R.shape
+        M = np.block([[np.eye(rs), R], [R.T, np.eye(rt)]])
+        Mi = np.linalg.inv(M)
+        A, C, D = Mi[:rs, :rs] - np.eye(rs), Mi[:rs, rs:], Mi[rs:, rs:] - np.eye(rt)
+        a = -0.5 * np.einsum("ia,ab,ib->i", zs, A, zs)
+        b = -0.5 * np.einsum("ja,ab,jb->j", zt, D, zt)
+        logK = a[:, None] + b[None, :] - zs @ C @ zt.T
+        K = np.exp(logK) / np.sqrt(np.linalg.det(M))
+        Kw = (ws[:, None] * K) * wt[None, :]
+        n = len(self.variables)
+        Ef, Eg, EH = 0.0, np.zeros(n), np.zeros((n, n))
+        for (f, df, hf), (g, dg, hg) in zip(fs, gt):
+            Kg = Kw @ g                                        # (N_s,)
+            fK = f @ Kw                                        # (N_t,)
+            Ef += f @ Kg
+            if self.gradient:
+                Eg[s] += df.T @ Kg
+                Eg[t] += dg.T @ fK
+                EH[np.ix_(s, s)] += np.einsum("iab,i->ab", hf, Kg)
+                EH[np.ix_(t, t)] += np.einsum("jab,j->ab", hg, fK)
+                cross = df.T @ Kw @ dg                          # (n_s, n_t)
+                EH[np.ix_(s, t)] += cross
+                EH[np.ix_(t, s)] += cross.T
+        if not self.gradient:
+            return Ef, None, None
+        return Ef, Eg, EH
