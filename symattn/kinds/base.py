@@ -77,15 +77,16 @@ class Kind:
         return 0
 
     def realise(self, ix, N: int, rng, diagonal: bool) -> tuple:
-        """(representation, value) of the size-N realisation of its law for the matrix-level solver:
-        ``("scalar", c)``, ``("diag", λ)``, ``("factor", W)`` (S = WWᵀ) or ``("dense", S)``."""
-        raise SpecError(f"indices.{ix.name}.parameterization: {self.name} — the matrix-level solver "
-                        f"supports direct and tied students (and tied, direct or identity teachers)")
+        """(representation, value) of the size-N realisation of its law for the matrix-level solver
+        (``symattn.matrix.Mat``): ``("scalar", c)``, ``("diag", λ)``, ``("factor", W)`` (S = WWᵀ),
+        ``("dense", S)``, ``("ndense", S)`` or ``("pair", (U, V))`` (M = UVᵀ)."""
+        raise SpecError(f"indices.{ix.name}.parameterization: {self.name} — no size-N realisation of its "
+                        f"initial law for the matrix-level solver")
 
     def matrix_velocity(self, k: int, ctx) -> tuple:
         """d/dτ of its size-N parts (``Mat.parts``) in the matrix-level limit flow (docs/theory.md §5;
         ``ctx``: the current matrices, the gradients of Φ at the current order parameters, γ)."""
-        raise SpecError(f"indices.{k}.parameterization: {self.name} — no matrix-level flow")
+        raise SpecError(f"index {k}: parameterization {self.name} has no matrix-level flow (it cannot be trained)")
 
     # ----------------------------------------------------------------- SGD (docs/theory.md §1)
     def preactivation(self, P, X, cols, XXt=None, scale=None):
