@@ -177,9 +177,8 @@ class _Flow:
         self.nevals = 0
 
     # ---------------------------------------------------------------- packing
-    def pack(self, mats=None) -> np.ndarray:
-        mats = self.mats if mats is None else mats
-        return np.concatenate([np.asarray(p, dtype=float).ravel() for k in self.train for p in mats[k].parts()])
+    def pack(self) -> np.ndarray:
+        return np.concatenate([np.asarray(p, dtype=float).ravel() for k in self.train for p in self.mats[k].parts()])
 
     def unpack(self, y) -> list:
         mats, o = list(self.mats), 0
@@ -228,7 +227,7 @@ class _Flow:
         th = relax_means(self.P, th, self.mean_pos, D, fast_time)
         self.m_warm = th[self.mean_pos]
 
-    def Gradients(self, th, t):
+    def gradients(self, th, t):
         G = self.P.gradients(th)
         if not (np.all(np.isfinite(G.omega)) and np.all(np.isfinite(G.psi))):
             raise NumericalFailure(f"spectral flow: non-finite gradient of Φ at time {t:.6g}", t)
@@ -243,7 +242,7 @@ class _Flow:
         try:
             with np.errstate(over="ignore", invalid="ignore"):
                 th, grams = self.theta(mats, t)
-                G = self.Gradients(th, t)
+                G = self.gradients(th, t)
         except NumericalFailure:
             return np.full_like(y, np.nan)
         if self.mean_pos:

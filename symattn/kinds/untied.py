@@ -57,10 +57,8 @@ class Untied(Kind):
             if o == 0.0 and p == 0.0:
                 continue
             Ml = ctx.mats[l]
-            MV, MtV = Ml.apply(V), Ml.apply_t(V)
-            MU, MtU = (MV, MtV) if U is V else (Ml.apply(U), Ml.apply_t(U))
-            XV += o * MV + p * MtV
-            XtU += o * MtU + p * MU
+            XV += o * Ml.apply(V) + p * Ml.apply_t(V)
+            XtU += o * Ml.apply_t(U) + p * Ml.apply(U)
         N = U.shape[0]
         psi = 2.0 * (np.vdot(XV, V) + np.vdot(XtU, U)) / N
         beta = -psi / ((np.vdot(U, U) + np.vdot(V, V)) / N)

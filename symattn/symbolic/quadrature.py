@@ -293,40 +293,18 @@ class SeparableTerm(QuadTerm):
 
     def __post_init__(self):
         super().__post_init__()
-        split = separable_split(self.expr, self.variables)
-        self.pairs, self.xs, self.xt = split
-        mods = [{"Heaviside": lambda x, h0=0.5: np.heaviside(x, h0)}, "numpy"]
-        self.sides = []
-        for vs, exprs in ((self.xs, [f for f, _ in self.pairs]), (self.xt, [g for _, g in self.pairs])):
-            rng = np.random.default_rng(777)
-            comb = sum(float(c) * e for c, e in zip(rng.uniform(1.0, 2.0, len(exprs)), exprs))
-            Pv = canonical_basis(invariant_projection(comb, vs))
-            outs = []
-            for e in exprs:
-                d = [sp.diff(e, a) for a in vs]
-                outs += [e] + d + [sp.diff(x, b) for x in d for b in vs]
-            self.sides.append((vs, Pv, sp.lambdify([vs], outs, modules=mods, cse=True), len(exprs)))
+        self.sides = _separable_sides(self.expr, tuple(self.variables))
         idx = {v: i for i, v in enumerate(self.variables)}
-        self.index_s = [idx[v] for v in self.xs]
-        self.index_t = [idx[v] for v in self.xt]
+        self.index_s, self.index_t = ([idx[v] for v in side[0]] for side in self.sides)
 
     @staticmethod
     def usable(expr, variables) -> bool:
         """Separable, no Dirac mass in the Hessians, and at least two directions on each side."""
-        split = separable_split(expr, variables)
-        if split is None:
-            return False
-        pairs, xs, xt = split
-        for vs, exprs in ((xs, [f for f, _ in pairs]), (xt, [g for _, g in pairs])):
-            if any(sp.diff(e, a, b).has(sp.DiracDelta) for e in exprs for a in vs for b in vs):
-                return False
-            comb = sum((k + 1) * e for k, e in enumerate(exprs))
-            if invariant_projection(comb, vs).shape[0] < 2:
-                return False
-        return True
+        return _separable_sides(expr, tuple(variables)) is not None
 
     def _side(self, j, mu, cov, n_dim, kind):
-        """(Y in whitened coordinates z, weights, B, values per pair (f, ∇f, ∇²f))."""
+        """(whitened nodes z, weights, B⁻¹, projection, values per pair (f, ∇f, ∇²f)); None when the
+        side's covariance is singular."""
         vs, Pv, fn, npairs = self.sides[j]
         mu_y, cov_y = Pv @ mu, Pv @ cov @ Pv.T
         lam, Q = np.linalg.eigh(cov_y)
@@ -345,7 +323,7 @@ class SeparableTerm(QuadTerm):
         for m in range(npairs):
             v = vals[m * per:(m + 1) * per]
             out.append((v[0], np.stack(v[1:1 + k], axis=1), np.stack(v[1 + k:], axis=1).reshape(-1, k, k)))
-        return z, w, B, Binv, Pv, out
+        return z, w, Binv, Pv, out
 
     def _expectations(self, theta, order, rule=None):
         n_dim, kind = rule or self.rule(order)
@@ -356,8 +334,8 @@ class SeparableTerm(QuadTerm):
         T = self._side(1, mu[t], cov[np.ix_(t, t)], n_dim, kind)
         if S is None or T is None:
             return super()._expectations(theta, order, rule)
-        zs, ws, Bs, Bsi, Ps, fs = S
-        zt, wt, Bt, Bti, Pt, gt = T
+        zs, ws, Bsi, Ps, fs = S
+        zt, wt, Bti, Pt, gt = T
         R = Bsi @ (Ps @ cov[np.ix_(s, t)] @ Pt.T) @ Bti
         if np.linalg.norm(R, 2) > 0.95:
             return super()._expectations(theta, order, rule)
@@ -387,3 +365,31 @@ class SeparableTerm(QuadTerm):
         if not self.gradient:
             return Ef, None, None
         return Ef, Eg, EH
+
+
+@cache
+def _separable_sides(expr, variables: tuple):
+    """Both sides of a usable separable term (``SeparableTerm.usable``), each (variables, projection,
+    lambdified [f, ∇f, ∇²f per pair], number of pairs); None when the term is not usable. Cached:
+    ``usable`` and the term's construction share one derivation."""
+    split = separable_split(expr, list(variables))
+    if split is None:
+        return None
+    pairs, xs, xt = split
+    mods = [{"Heaviside": lambda x, h0=0.5: np.heaviside(x, h0)}, "numpy"]
+    sides = []
+    for vs, exprs in ((xs, [f for f, _ in pairs]), (xt, [g for _, g in pairs])):
+        outs = []
+        for e in exprs:
+            d = [sp.diff(e, a) for a in vs]
+            hess = [sp.diff(x, b) for x in d for b in vs]
+            if any(h.has(sp.DiracDelta) for h in hess):
+                return None
+            outs += [e] + d + hess
+        rng = np.random.default_rng(777)          # directions every f_m is constant along
+        comb = sum(float(c) * e for c, e in zip(rng.uniform(1.0, 2.0, len(exprs)), exprs))
+        Pv = canonical_basis(invariant_projection(comb, vs))
+        if Pv.shape[0] < 2:
+            return None
+        sides.append((vs, Pv, sp.lambdify([vs], outs, modules=mods, cse=True), len(exprs)))
+    return tuple(sides)
