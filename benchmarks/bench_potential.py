@@ -75,8 +75,8 @@ def bench(L, tol):
         val, grad = P.value_and_gradient(THETA)
     per_eval = (time.perf_counter() - t0) / reps
     rmax = max(t.dim for t in P.quad_terms)
-    top = max(t.rule(order)[0] for t in P.quad_terms if t.dim == rmax)     # nodes/dim of the largest terms
-    nodes = sum(t.rule(order)[0] ** t.dim for t in P.quad_terms)          # each term at its own cap
+    top = max(t.rule(o)[0] for t, o in zip(P.quad_terms, order) if t.dim == rmax)  # nodes/dim, largest terms
+    nodes = sum(t.rule(o)[0] ** t.dim for t, o in zip(P.quad_terms, order))        # each term at its order
     reached = err / abs(val)
     sd, per_sample, mc_mean = mc_cost(L)
     target = tol * abs(val)

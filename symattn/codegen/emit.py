@@ -1,11 +1,13 @@
-"""Emit a self-contained Python/Numba module for the right-hand side of a moment system.
+"""Emit a Python/Numba module for the right-hand side of a moment system.
 
-The module needs only numpy and numba. It holds the derived data (words, sparse terms), the
-gradient of Φ (closed form printed from SymPy; quadrature terms as compiled integrands with
-their Gaussian rule), ``coefficients(mu)`` and ``rhs(t, mu)``. Output is deterministic:
-same spec and truncation → same bytes (floats are printed rounded to 15 significant digits).
-The fixed parts of the module (header, Gaussian rule, coefficients, right-hand side) are template
-files in ``codegen/templates``; this module fills them with the derived data.
+The module holds the derived data (words, sparse terms), the gradient of Φ (closed form printed from
+SymPy; each quadrature term as a compiled expectation with its integrand written out, its Gaussian
+data and its 1-d rule), ``coefficients(mu, params)`` and ``rhs(t, mu, params)``. It needs numpy,
+numba and, for models with quadrature terms, ``symattn.codegen.runtime`` (the model-independent
+pieces, compiled once per machine). Output is deterministic: same model structure and truncation →
+same bytes (floats are printed rounded to 15 significant digits). The fixed parts of the module
+(header, Gaussian rule, coefficients, right-hand side, the expectation loop) are template files in
+``codegen/templates``; this module fills them with the derived data.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import sympy as sp
 from sympy.printing.pycode import pycode
 
 from ..symbolic.quadrature import canonical_basis
+from . import runtime
 
 
 def fnum(x) -> str:
@@ -66,24 +69,18 @@ def float_array(name, values) -> str:
     return f"{name} = np.array([\n{_wrap([fnum(v) for v in values])}\n], dtype=np.float64)\n"
 
 
-def _expr_code(exprs, args, name, arg_name="x", out_len=None, vectorized=False):
-    """A function of x computing a list of SymPy expressions of args[i] = x[i], with CSE.
-
-    Scalar form: a numba function returning a vector. Vectorized form (x[i] arrays): a NumPy
-    function returning an array with one row per expression (no compilation at import).
-    """
+def _expr_code(exprs, args, name, arg_name="x", out_len=None):
+    """A compiled function of x returning the vector of SymPy expressions of args[i] = x[i], with CSE."""
     subs = {a: sp.Symbol(f"{arg_name}{i}") for i, a in enumerate(args)}
     exprs = [sp.sympify(e).xreplace(subs) for e in exprs]
     reps, reduced = sp.cse(exprs, symbols=sp.numbered_symbols("c"), optimizations=None)
-    printer = (lambda e: _np_code(e)) if vectorized else (lambda e: pycode(e, fully_qualified_modules=True))
-    lines = ([] if vectorized else ["@njit(cache=True)"]) + [f"def {name}({arg_name}):"]
+    printer = lambda e: pycode(e, fully_qualified_modules=True)  # noqa: E731
+    lines = ["@njit(cache=True)", f"def {name}({arg_name}):"]
     for i in range(len(args)):
         lines.append(f"    {arg_name}{i} = {arg_name}[{i}]")
     for s, e in reps:
         lines.append(f"    {s} = {printer(e)}")
-    n = out_len or len(reduced)
-    shape = f"({n}, {arg_name}.shape[1])" if vectorized else f"{n}"
-    lines.append(f"    out = np.zeros({shape})")
+    lines.append(f"    out = np.zeros({out_len or len(reduced)})")
     for i, e in enumerate(reduced):
         if e != 0:
             lines.append(f"    out[{i}] = {printer(e)}")
@@ -91,41 +88,106 @@ def _expr_code(exprs, args, name, arg_name="x", out_len=None, vectorized=False):
     return "\n".join(lines) + "\n"
 
 
-def _np_code(e):
-    from sympy.printing.numpy import NumPyPrinter
-    return NumPyPrinter().doprint(e)
+def rule_name(n, kind, half_width):
+    return f"_RULE_{kind[0].upper()}{n}_{int(round(half_width * 1000))}"
 
 
-def rule_name(n, kind, r, half_width):
-    return f"_RULE_{kind[0].upper()}{n}_{r}_{int(round(half_width * 1000))}"
+def exp_as_powers(expr, variables, bases):
+    """expr with every exp(Σ c_i x_i + c) of integer c_i written Π e_i^c_i · exp(c), e_i = exp(x_i)
+    (``bases``): a softmax integrand then costs one exponential per variable and node, not one per
+    distinct exponent."""
+    index = {v: i for i, v in enumerate(variables)}
+
+    def rewrite(arg):
+        a = sp.expand(arg)
+        coeffs = {v: a.coeff(v) for v in variables}
+        rest = sp.expand(a - sum(c * v for v, c in coeffs.items()))
+        if rest.free_symbols & set(variables) or not all(c.is_Integer for c in coeffs.values()):
+            return sp.exp(arg)
+        return sp.exp(rest) * sp.Mul(*[bases[index[v]] ** int(c) for v, c in coeffs.items() if c != 0])
+    return sp.sympify(expr).replace(sp.exp, rewrite)
 
 
-def quad_term_code(tag, term, order, gradient=True):
-    """Integrand and expectation of one quadrature term (symbolic.quadrature.QuadTerm)."""
+def integrand_lines(exprs, variables, r: int, indent="        ") -> tuple:
+    """(lines, uses_exp): the per-node body setting out[j] = exprs[j](x), common subexpressions shared.
+    Each variable x_i = x̄_i + Σ_a A_ia z_a is formed only where used, and e_i = exp(x_i) (see
+    ``exp_as_powers``) as exp(x̄_i) Π_a exp(A_ia z_a) from tables over the 1-d nodes — no exponential is
+    evaluated per node."""
+    xs = [sp.Symbol(f"x{i}") for i in range(len(variables))]
+    es = [sp.Symbol(f"e{i}") for i in range(len(variables))]
+    sub = dict(zip(variables, xs))
+    exprs = [exp_as_powers(sp.sympify(e).xreplace(sub), xs, es) for e in exprs]
+    reps, reduced = sp.cse(exprs, symbols=sp.numbered_symbols("c"), optimizations=None)
+    used = set().union(*(sp.sympify(e).free_symbols for e in list(reduced) + [r for _, r in reps]))
+    code = lambda e: pycode(e, fully_qualified_modules=True)  # noqa: E731
+    lines = [f"x{i} = xmean[{i}] + " + " + ".join(f"Amap[{i}, {a}] * z[{a}]" for a in range(r))
+             for i in range(len(xs)) if xs[i] in used]
+    lines += [f"e{i} = emean[{i}] * " + " * ".join(f"etab[{i}, {a}, idx[{a}]]" for a in range(r))
+              for i in range(len(xs)) if es[i] in used]
+    lines += [f"{s} = {code(e)}" for s, e in reps]
+    lines += [f"out[{i}] = {code(e)}" for i, e in enumerate(reduced)]
+    return [indent + line for line in lines], bool(used & set(es))
+
+
+EXP_TABLES = """\
+    emean = np.exp(xmean)                               # e_i = exp(x̄_i) Π_a exp(A_ia z_a)
+    etab = np.empty((nv, r, n))
+    for i in range(nv):
+        for a in range(r):
+            for m in range(n):
+                etab[i, a, m] = math.exp(Amap[i, a] * nodes[m])
+"""
+STEIN_ACCUMULATE = """\
+        for a in range(r):                              # Stein: Hy += w (P∇f) ⊗ (Σ_y^(-1/2) z)
+            pg = 0.0
+            for i in range(nv):
+                pg += P[a, i] * out[1 + i]
+            for b in range(r):
+                wz = 0.0
+                for j in range(r):
+                    wz += Wh[b, j] * z[j]
+                Hy[a, b] += wt * pg * wz
+"""
+MODES = {"value": runtime.VALUE, "hessian": runtime.HESSIAN, "stein": runtime.STEIN}
+OUTPUTS = {"value": "[f]", "hessian": "[f, ∇f, upper ∇²f]", "stein": "[f, ∇f], E∇²f by Stein's lemma"}
+
+
+def quad_term_code(tag, term, order, gradient, kernels: dict):
+    """(source, call) of one quadrature term (symbolic.quadrature.QuadTerm): its Gaussian data as
+    arrays and the call of its compiled expectation ``_expect_<id>`` (``quad_term.py.tmpl``), emitted
+    unless an earlier term has the same integrand (``kernels``: (body, mode) → id; the rows of a
+    softmax share one). Numba compiles each emitted expectation once per machine (cached)."""
     v = term.variables
     exprs = [term.expr]
+    mode = "value"
     if gradient:
         grads = [sp.diff(term.expr, a) for a in v]
         exprs += grads
+        mode = "stein" if term.stein else "hessian"
         if not term.stein:
-            exprs += [sp.diff(g, b) for g in grads for b in v]
+            exprs += [sp.diff(grads[i], v[j]) for i in range(len(v)) for j in range(i, len(v))]
     P = canonical_basis(term.P)
-    r = P.shape[0]
-    src = [f"# quadrature term {tag}: variables {', '.join(s.name for s in v)}; {r} effective dimension(s)"]
-    src.append(_expr_code(exprs, v, f"_integrand_{tag}", vectorized=True))
-    src.append(f"_P_{tag} = {array_literal(P)}")
-    src.append(f"_MU0_{tag} = {array_literal(term.mu0)}")
-    src.append(f"_MUT_{tag} = {array_literal(term.mu_theta)}")
-    src.append(f"_COV0_{tag} = {array_literal(term.cov0)}")
-    src.append(f"_COVT_{tag} = {array_literal(term.cov_theta)}\n")
-    if gradient:
-        call = f"_gauss_expect(_integrand_{tag}, theta, _P_{tag}, _MU0_{tag}, _MUT_{tag}, _COV0_{tag}, _COVT_{tag},\n" \
-               f"                         {rule_name(*term.rule(order), r, term.half_width)}, {term.stein})"
-    else:
-        call = f"_gauss_value(_integrand_{tag}, theta, _P_{tag}, _MU0_{tag}, _MUT_{tag}, _COV0_{tag}, _COVT_{tag},\n" \
-               f"                        {rule_name(*term.rule(order), r, term.half_width)})"
-    src.append(f"def _expect_{tag}(theta):\n    return {call}\n")
-    return "\n".join(src)
+    n, kind = term.rule(order)
+    lines, uses_exp = integrand_lines(exprs, v, P.shape[0])
+    body = "\n".join(lines)
+    src = []
+    fid = kernels.get((body, mode))
+    if fid is None:
+        fid = kernels[(body, mode)] = len(kernels)
+        src.append(template("quad_term.py.tmpl").substitute(
+            fid=fid, nout=len(exprs), r=P.shape[0], nv=len(v), mode=MODES[mode], outputs=OUTPUTS[mode],
+            integrand=body, stein=STEIN_ACCUMULATE if mode == "stein" else "",
+            tables=EXP_TABLES if uses_exp else ""))
+    src += [f"# quadrature term {tag}: variables {', '.join(s.name for s in v)}; "
+            f"{P.shape[0]} effective dimension(s), {n} nodes per dimension, integrand {fid}",
+            f"_P_{tag} = {array_literal(P)}",
+            f"_MU0_{tag} = {array_literal(term.mu0)}",
+            f"_MUT_{tag} = {array_literal(term.mu_theta)}",
+            f"_COV0_{tag} = {array_literal(term.cov0)}",
+            f"_COVT_{tag} = {array_literal(term.cov_theta)}\n"]
+    call = (f"_expect_{fid}(theta, _P_{tag}, _MU0_{tag}, _MUT_{tag}, _COV0_{tag}, _COVT_{tag}, "
+            f"{rule_name(n, kind, term.half_width)})")
+    return "\n".join(src), call if gradient else call + "[0]"
 
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -140,25 +202,28 @@ def template(name: str) -> string.Template:
 
 
 
-def expectation_code(E, fname, tag, gradient=True):
+def expectation_code(E, fname, tag, gradient=True, kernels=None):
     """``fname(theta)``: E[f] (and ∂/∂θ when ``gradient``) as closed form + quadrature terms.
 
-    Returns (source, rules): rules are the (order, dimension) pairs of the quadrature used.
+    Returns (source, rules): rules are the (nodes, kind, half-width) of the 1-d quadrature rules used.
+    ``kernels``: the integrands emitted so far in the module (shared between expectations).
     """
-    syms, order = E.symbols, E.order
+    kernels = {} if kernels is None else kernels
+    syms, order = E.symbols, E.order or ()
     closed = [E.closed_form] + (E.closed_gradient() if gradient else [])
     parts = [_expr_code(closed, syms, f"_closed_{tag}", arg_name="t")]
-    jit = [] if E.quad_terms else ["@njit(cache=True)"]
+    jit = [] if E.quad_terms else ["@njit(cache=True)"]     # numba would re-optimise the integrands
     body = jit + [f"def {fname}(theta):", f"    out = _closed_{tag}(theta)", "    val = out[0]"]
     body += ["    grad = out[1:].copy()"] if gradient else []
-    for n, term in enumerate(E.quad_terms):
-        parts.append(quad_term_code(f"{tag}{n}", term, order, gradient))
+    for n, (term, o) in enumerate(zip(E.quad_terms, order)):
+        code, call = quad_term_code(f"{tag}{n}", term, o, gradient, kernels)
+        parts.append(code)
         if gradient:
-            body += [f"    f, g = _expect_{tag}{n}(theta)", "    val += f", "    grad += g"]
+            body += [f"    f, g = {call}", "    val += f", "    grad += g"]
         else:
-            body += [f"    val += _expect_{tag}{n}(theta)"]
+            body += [f"    val += {call}"]
     body.append("    return val, grad" if gradient else "    return val")
-    rules = {(*t.rule(order), t.dim, t.half_width) for t in E.quad_terms}
+    rules = {(*t.rule(o), t.half_width) for t, o in zip(E.quad_terms, order)}
     return "\n\n".join(parts) + "\n\n" + "\n".join(body) + "\n", rules
 
 
@@ -197,7 +262,7 @@ def module_source(system, kind: str, coefficient_lines: list, extra: str = "", e
     P = system.potential
     spec_text = system.spec_text()
     words = system.word_names()
-    quad = (f"Quadrature: {len(P.quad_terms)} terms, {P.order} nodes per dimension "
+    quad = (f"Quadrature: {len(P.quad_terms)} terms, {', '.join(map(str, P.order))} nodes per dimension "
             f"(calibrated at the initial state, error estimate {P.error:.1e})\n") if P.quad_terms else ""
     head = template("header.py.tmpl").substitute(
         version=__version__, kind=kind[0].upper() + kind[1:], M=system.truncation, nmom=system.size,
@@ -215,15 +280,16 @@ def module_source(system, kind: str, coefficient_lines: list, extra: str = "", e
     src.append(int_array("C2", T["c2"]))
     src.append(int_array("KEY", T["key"]))
     src.append(float_array("VAL", T["val"]))
-    code, rules = expectation_code(P, "phi_and_grad", "phi", gradient=True)
+    kernels = {}
+    code, rules = expectation_code(P, "phi_and_grad", "phi", gradient=True, kernels=kernels)
     blocks = [code]
     for E, fname, tag in expectations:
-        c, r = expectation_code(E, fname, tag, gradient=False)
+        c, r = expectation_code(E, fname, tag, gradient=False, kernels=kernels)
         blocks.append(c)
         rules |= r
     if rules:
-        blocks.insert(0, template("gauss_rule.py.tmpl").template + "\n".join(f"{rule_name(n, k, r, h)} = _gauss_rule({n}, {r}, {fnum(h)}, {k!r})"
-                                                   for n, k, r, h in sorted(rules)) + "\n")
+        blocks.insert(0, template("gauss_rule.py.tmpl").template + "\n".join(
+            f"{rule_name(n, k, h)} = _rt.rule_1d({n}, {fnum(h)}, {k!r})" for n, k, h in sorted(rules)) + "\n")
     src.append("\n" + "\n\n".join(blocks))
     jit = "" if any(E.quad_terms for E in [P] + [e[0] for e in expectations]) else "@njit(cache=True)\n"
     src.append(template("coefficients.py.tmpl").substitute(jit=jit, ncoef=len(system.coef_names),

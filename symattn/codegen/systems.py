@@ -105,6 +105,11 @@ def compiled(system):
     """Import (compiling on first use) the generated module of ``system``, cached by content."""
     mod = getattr(system, "_module", None)
     if mod is None:
-        mod = cached_module(source(system))
+        stored = getattr(system, "_source", None)
+        system._source = stored or source(system)
+        mod = cached_module(system._source)
         system._module = mod
+        if stored is None:
+            from ..derivation import store
+            store.save(system)                  # a later process skips the derivation and the printing
     return mod

@@ -31,8 +31,9 @@ def check_size(spec, truncation: int) -> dict:
 def derive(spec, truncation: int | None = None, tol: float = 1e-8):
     """The limit ODE system of a spec at truncation M (direct, tied; untied in ``untied``).
 
-    Returns a system object with ``words``, sparse ``terms``, ``source()`` (generated module)
-    and ``module()`` (the compiled right-hand side).
+    Returns a system object with ``words`` and sparse ``terms`` (``codegen.systems.compiled`` gives
+    its compiled right-hand side). A model derived before is read from the per-user store
+    (``derivation.store``: keyed by structure, initial laws, truncation and code, not by ε, B, γ).
     """
     from ..progress import note
     from .hierarchy import derive_symmetric
@@ -40,10 +41,14 @@ def derive(spec, truncation: int | None = None, tol: float = 1e-8):
 
     spec = load_spec(spec)
     est = check_size(spec, truncation or spec.truncation)
-    big = f", of the order of {est['moments']:.2g} moments" if est["moments"] > 1e4 else ""
-    note(f"deriving {spec.name} (M = {est['truncation']}, {est['letters']} letters{big})")
-    P = Potential(spec, tol=tol)
-    if not all(ix.symmetric for ix in spec.indices):       # Ω ≠ Ψ: the untied system (docs/theory.md §6)
-        from .untied import derive_untied
-        return derive_untied(spec, truncation, potential=P)
-    return derive_symmetric(spec, truncation, potential=P)
+    from . import store
+
+    def build():
+        big = f", of the order of {est['moments']:.2g} moments" if est["moments"] > 1e4 else ""
+        note(f"deriving {spec.name} (M = {est['truncation']}, {est['letters']} letters{big})")
+        P = Potential(spec, tol=tol)
+        if not all(ix.symmetric for ix in spec.indices):   # Ω ≠ Ψ: the untied system (docs/theory.md §6)
+            from .untied import derive_untied
+            return derive_untied(spec, truncation, potential=P)
+        return derive_symmetric(spec, truncation, potential=P)
+    return store.cached(spec, truncation or spec.truncation, tol, build)

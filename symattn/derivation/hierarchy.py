@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..kinds import alphabet_of
+from ..transient import PicklesWithoutCaches
 from ..spec import Spec, load_spec
 from ..symbolic.words import Alphabet, word_name
 from .noise import (
@@ -33,8 +34,10 @@ from .potential import Potential
 
 
 @dataclass
-class MomentSystem:
+class MomentSystem(PicklesWithoutCaches):
     """dμ/dt = Σ_terms val·coef[key]·μ[c1]·μ[c2] with coef = coefficients(μ)."""
+
+    TRANSIENT = ("_module", "_retruncated")           # the imported module; lower truncations
 
     spec: Spec
     truncation: int
@@ -97,8 +100,9 @@ class MomentSystem:
             return sample_moments(self.spec, self.words, dim, seed)
         return np.asarray(init, dtype=float)
 
-    def observables(self, Y) -> dict:
-        """CSV columns (docs/interface.md) from moment trajectories Y[time, word]."""
+    def observables(self, Y, phi=None, loss: bool = True) -> dict:
+        """CSV columns (docs/interface.md) from moment trajectories Y[time, word]; the loss (unless not
+        ``loss``) by ``phi`` (θ ↦ Φ, e.g. the compiled module's), else by the reference potential."""
         Y = np.atleast_2d(Y)
         spec, out = self.spec, {}
         tr = {k: Y[:, self.index(((k, "S"),))] for k in range(spec.K)}
@@ -111,7 +115,8 @@ class MomentSystem:
                 out[f"q_{pair}"] = q
                 out[f"p_{pair}"] = q - tr[k] * tr[l]
         theta = Y[:, self.theta_words]
-        out["loss"] = np.array([self.potential.value(th) for th in theta])
+        if loss:
+            out["loss"] = np.array([(phi or self.potential.value)(th) for th in theta])
         return out
 
     def retruncate(self, M: int):

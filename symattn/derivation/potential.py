@@ -21,7 +21,8 @@ import sympy as sp
 from ..spec import Spec, load_spec
 from ..symbolic.gaussian import GaussianG, OrderParameters
 from ..symbolic.loss import build_loss
-from ..symbolic.quadrature import MAX_NODES, QuadTerm, SeparableTerm, adaptive_order, half_width_for
+from ..transient import PicklesWithoutCaches
+from ..symbolic.quadrature import MAX_NODES, QuadTerm, SeparableTerm, adaptive_orders, half_width_for
 
 DIVERGED = 1e-2     # a quadrature still changing by this much (relative) at its node cap has no limit
 
@@ -40,12 +41,14 @@ class Gradients:
         return self.omega + self.psi
 
 
-class GaussianExpectation:
+class GaussianExpectation(PicklesWithoutCaches):
     """E[f(G, ξ)] over the Gaussian law of docs/theory.md §2 as a function of the order parameters θ.
 
     ``terms`` sum to f; polynomial ones are integrated exactly (Wick), the others are grouped by
     the entries they depend on and integrated by quadrature (tolerance ``tol``).
     """
+
+    TRANSIENT = ("_closed", "_mean_hessians")          # lambdified: rebuilt after unpickling
 
     def __init__(self, spec, terms, tol: float = 1e-8, gauss: GaussianG | None = None, gradient: bool = True,
                  relative: bool = False, start_order: int = 17, max_nodes: int = MAX_NODES):
@@ -125,28 +128,29 @@ class GaussianExpectation:
         return np.asarray(values, dtype=float)
 
     def calibrate(self, values, tol: float | None = None):
-        """Choose the quadrature order at θ so that Φ and ∇Φ change by < tol between orders."""
+        """Choose each quadrature term's order at θ so that Φ and ∇Φ change by < tol between orders
+        (``self.order``: the orders, one per term in ``quad_terms`` order)."""
         if self.quad_terms:
             from ..progress import note
             note(f"calibrating the Gaussian quadrature of {len(self.quad_terms)} non-polynomial term(s) "
                  f"to {tol or self.tol:.0e}")
-            self.order, self.error = adaptive_order(self.quad_terms, self.theta(values), tol or self.tol,
+            self.order, self.error = adaptive_orders(self.quad_terms, self.theta(values), tol or self.tol,
                                                     start=self.start_order, relative=self.relative)
             scale = max(1.0, abs(self.value_at_order(values)))
             if not self.error <= DIVERGED * scale:
                 from ..errors import NumericalFailure
                 raise NumericalFailure(f"the Gaussian quadrature of Φ does not converge (change between orders "
-                                       f"{self.error:.1e} at {self.order} nodes per dimension): the loss is "
+                                       f"{self.error:.1e} at {max(self.order)} nodes per dimension): the loss is "
                                        f"probably singular on the real line")
             if not self.error <= (tol or self.tol) * 10:
                 warnings.warn(f"quadrature reached only ~{self.error:.1e} (asked {tol or self.tol:.0e}) at "
-                              f"{self.order} nodes per dimension: the node cap was hit", RuntimeWarning, stacklevel=2)
+                              f"{max(self.order)} nodes per dimension: the node cap was hit", RuntimeWarning, stacklevel=2)
         return self.order, self.error
 
     def value_at_order(self, values) -> float:
         """Φ(θ) with the current quadrature order (no recalibration)."""
         th = self.theta(values)
-        return float(self._closed[0](th)) + sum(t.evaluate(th, self.order)[0] for t in self.quad_terms)
+        return float(self._closed[0](th)) + sum(t.evaluate(th, o)[0] for t, o in zip(self.quad_terms, self.order))
 
     def value_and_gradient(self, values):
         """(Φ(θ), ∂Φ/∂θ) with ∂ in the plain partial-derivative sense, in ``self.names`` order."""
@@ -158,8 +162,8 @@ class GaussianExpectation:
         if self.quad_terms:
             if self.order is None:
                 self.calibrate(th)
-            for t in self.quad_terms:
-                v, gr = t.evaluate(th, self.order)
+            for t, o in zip(self.quad_terms, self.order):
+                v, gr = t.evaluate(th, o)
                 val += v
                 grad += gr
         return val, grad
@@ -181,8 +185,8 @@ class GaussianExpectation:
         if self.quad_terms:
             if self.order is None:
                 self.calibrate(th)
-            for t in self.quad_terms:
-                H += t.mean_hessian(th, self.order, pos)
+            for t, o in zip(self.quad_terms, self.order):
+                H += t.mean_hessian(th, o, pos)
         return H
 
     @cached_property

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..kinds import alphabet_of
+from ..transient import PicklesWithoutCaches
 from ..spec import Spec, load_spec
 from ..symbolic.words import Alphabet, word_name
 from .hierarchy import apply_flows, pack_terms
@@ -76,8 +77,10 @@ def untied_letter_flows(spec: Spec, cidx: dict) -> dict:
 
 # ------------------------------------------------------------------------------------ system
 @dataclass
-class UntiedSystem:
+class UntiedSystem(PicklesWithoutCaches):
     """State y = [μ_words (words[0] = () ≡ 1) ..., m_k of the untied indices]; dy/dτ on package time."""
+
+    TRANSIENT = ("_module", "_retruncated")           # the imported module; lower truncations
 
     spec: Spec
     truncation: int
@@ -256,8 +259,9 @@ class UntiedSystem:
         return y
 
     # ---------------------------------------------------------------- observables
-    def observables(self, Y) -> dict:
-        """CSV columns (docs/interface.md) from state trajectories Y[time, entry]."""
+    def observables(self, Y, phi=None, loss: bool = True) -> dict:
+        """CSV columns (docs/interface.md) from state trajectories Y[time, entry]; the loss (unless not
+        ``loss``) by ``phi`` (θ ↦ Φ, e.g. the compiled module's), else by the reference potential."""
         Y = np.atleast_2d(np.asarray(Y, dtype=float))
         spec, out = self.spec, {}
         names, sym = spec.names, self.alphabet.symmetric
@@ -286,7 +290,8 @@ class UntiedSystem:
                 if sym[k] or sym[l]:
                     continue
                 out[f"overlap_{names[k]}_{names[l]}"] = self.overlap(Y, k, l)
-        out["loss"] = np.array([self.potential.value(th) for th in thetas])
+        if loss:
+            out["loss"] = np.array([(phi or self.potential.value)(th) for th in thetas])
         return out
 
     def sym_product(self, Y, k, l):

@@ -1,0 +1,94 @@
+"""A per-user store of derived systems, so that a second ``theory`` of the same model spends its time
+integrating, not deriving (SymPy) and printing code.
+
+A derived system depends on the model's structure (``Spec.structure``), the initial laws (the
+quadrature is calibrated at the free initial state), the truncation, the quadrature tolerance and the
+package's code — not on the training parameters (ε, B, γ), which are run-time arguments. Those make
+the key; the stored object is the system with its generated module's source, pickled. On load the
+caller's spec replaces the stored one, so ε, B and γ are always the caller's.
+
+Files live in the module cache folder (``codegen.load.cache_dir``: private to the user, mode 0700) as
+``d_<key>.pkl``, written atomically (a concurrent job never reads half a file); each holds the SHA-256
+of its payload, checked before unpickling, so a torn or edited file is ignored and rewritten. An
+object that cannot be stored (an unpicklable piece) is simply not stored.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+from functools import cache
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1]
+
+
+@cache
+def code_digest() -> str:
+    """SHA-256 over the package's Python sources and code templates (a change re-derives)."""
+    h = hashlib.sha256()
+    for path in sorted(PACKAGE.rglob("*")):
+        if path.suffix in (".py", ".tmpl") and "__pycache__" not in path.parts:
+            h.update(str(path.relative_to(PACKAGE)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def key(spec, truncation: int, tol: float) -> str:
+    """What a derivation depends on (module docstring), hashed."""
+    laws = [{k: v for k, v in ix.__dict__.items() if k not in ("name", "role", "parameterization")}
+            for ix in spec.indices]
+    text = json.dumps({"structure": spec.structure, "laws": laws, "truncation": int(truncation),
+                       "tol": float(tol), "code": code_digest()}, sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def _path(k: str) -> Path:
+    from ..codegen.load import cache_dir
+    return cache_dir() / f"d_{k}.pkl"
+
+
+def load(spec, k: str):
+    """The stored system of key k with ``spec`` put in place of the stored spec, or None."""
+    try:
+        data = _path(k).read_bytes()
+    except OSError:
+        return None
+    digest, _, payload = data.partition(b"\n")
+    if hashlib.sha256(payload).hexdigest().encode() != digest:
+        return None
+    try:
+        system = pickle.loads(payload)
+    except Exception:                                      # a stale class layout: derive anew
+        return None
+    system.spec = spec
+    system._store_key = k
+    return system
+
+
+def cached(spec, truncation: int, tol: float, build):
+    """The stored system of (spec, truncation, tol), else ``build()`` marked to be stored once its
+    module source exists (``codegen.systems.compiled`` calls :func:`save`)."""
+    k = key(spec, truncation, tol)
+    system = load(spec, k)
+    if system is None:
+        system = build()
+        system._store_key = k
+    return system
+
+
+def save(system) -> bool:
+    """Store ``system`` (with its module source) under its key; False when it cannot be pickled."""
+    k = getattr(system, "_store_key", None)
+    if k is None:
+        return False
+    try:
+        payload = pickle.dumps(system, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        return False
+    from ..files import atomic_write
+    try:
+        atomic_write(_path(k), hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload, mode=0o600)
+    except OSError:
+        return False
+    return True

@@ -1,0 +1,116 @@
+"""The compiled Gaussian quadrature of generated modules (codegen.runtime + the emitted integrands)
+against the pure-Python reference quadrature of the same terms (symbolic.quadrature), and the
+store of derived systems (derivation.store).
+
+The two evaluate the same rule at the same nodes in different summation orders, so they agree to
+rounding (≈ 1e-14 relative); 1e-10 leaves room for the accumulation over 10⁴ nodes and is still far
+below the rule's own error (~1e-8), so a wrong node, weight, Price/Stein term or exponential table
+would fail it. Exception: where the gradient's integrand has a step (relu), grid nodes on the kink
+line x = 0 get the step's value 0 or 1 from the last bit of x, which the two computations round
+differently — there the gradients agree to the rule's own error estimate (``Potential.error``, the
+change between orders; 10× for the bound), the values (continuous integrand) still to 1e-10."""
+import numpy as np
+import pytest
+import sympy as sp
+
+from symattn.codegen import runtime
+from symattn.codegen.emit import exp_as_powers
+from symattn.codegen.systems import compiled
+from symattn.derivation import derive, store
+from symattn.spec import load_spec
+
+TOL = 1e-10
+
+
+def spec(activation, L=2, teacher="tied", **model):
+    t = {"name": "t", "role": "teacher", "parameterization": teacher, "width": 0.5}
+    if teacher == "identity":
+        t = {"name": "t", "role": "teacher", "parameterization": "identity", "scale": 1.0}
+    return load_spec({"name": f"cq_{activation}", "model": {"tokens": L, "activation": activation, **model},
+                      "indices": [{"name": "s", "role": "student", "parameterization": "tied"}, t],
+                      "training": {"noise_ratio": 0.01}})
+
+
+CASES = {
+    "softmax_beta2": spec("softmax", beta=2.0),        # exponential tables, Hessian outputs
+    "relu_identity": spec("relu", L=1, teacher="identity"),   # Dirac mass: Stein's lemma
+    "tanh_L1": spec("tanh", L=1),                      # no exponential base: plain x_i
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_compiled_phi_gradient_and_nu_equal_the_reference(case):
+    system = derive(CASES[case], 2)
+    mod = compiled(system)
+    assert system.potential.quad_terms, "the case must exercise the quadrature"
+    rng = np.random.default_rng(3)
+    y0 = system.initial("free")
+    for trial in range(3):
+        y = y0 if trial == 0 else y0 * (1 + 0.1 * rng.standard_normal(y0.shape))
+        y[0] = 1.0
+        theta = np.ascontiguousarray(system.theta_of(y))
+        val, grad = mod.phi_and_grad(theta)
+        ref_val, ref_grad = system.potential.value_and_gradient(theta)
+        scale = 1.0 + abs(ref_val) + np.max(np.abs(ref_grad))
+        assert abs(val - ref_val) <= TOL * scale, (case, val, ref_val)
+        kinked = any(t.stein for t in system.potential.quad_terms)
+        gtol = 10 * system.potential.error if kinked else TOL * scale
+        assert np.max(np.abs(grad - ref_grad)) <= gtol, (case, grad, ref_grad)
+        if hasattr(mod, "noise_values"):
+            ref_nu = system.params(0.01, y)[2:]
+            assert np.allclose(mod.noise_values(y), ref_nu, rtol=TOL, atol=TOL), case
+
+
+def test_jacobi_eigen_decomposition_gives_the_symmetric_root():
+    """runtime.jacobi → (λ, Q) with Q λ Qᵀ = C, Qᵀ Q = I; the root is the one numpy's eigh gives,
+    also for a singular C (a null direction, as for a degenerate Gaussian)."""
+    rng = np.random.default_rng(0)
+    mats = []
+    for r in (1, 2, 3, 4):
+        a = rng.standard_normal((r, r + 1))
+        mats.append(a @ a.T)
+    v = rng.standard_normal(3)
+    mats.append(np.outer(v, v) + np.diag([0.0, 0.0, 0.0]))          # rank 1
+    for C in mats:
+        lam, Q = runtime.jacobi(np.ascontiguousarray(C))
+        assert np.allclose(Q @ np.diag(lam) @ Q.T, C, atol=1e-12)
+        assert np.allclose(Q.T @ Q, np.eye(len(C)), atol=1e-12)
+        lr, Qr = np.linalg.eigh(C)
+        root = (Q * np.sqrt(np.clip(lam, 0, None))) @ Q.T
+        ref = (Qr * np.sqrt(np.clip(lr, 0, None))) @ Qr.T
+        assert np.allclose(root, ref, atol=1e-7)
+
+
+def test_exp_as_powers_is_an_identity_and_leaves_other_exponents_alone():
+    x0, x1, e0, e1 = sp.symbols("x0 x1 e0 e1")
+    expr = sp.exp(2 * x0) / (sp.exp(x0) + sp.exp(x1)) ** 2 + sp.exp(x0 / 2) + sp.exp(3 - x1)
+    out = exp_as_powers(expr, [x0, x1], [e0, e1])
+    assert out.has(sp.exp(x0 / 2)) and not out.has(sp.exp(2 * x0))
+    for a, b in np.random.default_rng(1).standard_normal((5, 2)):
+        ref = float(expr.subs({x0: a, x1: b}))
+        got = float(out.subs({x0: a, x1: b, e0: np.exp(a), e1: np.exp(b)}))
+        assert abs(got - ref) <= 1e-12 * abs(ref)
+
+
+def test_store_returns_the_derived_system_with_the_callers_training_parameters(tmp_path, monkeypatch):
+    """A second derivation of the same model (even with another ε) is read from the store: same module
+    source, the new spec in place; a torn file is ignored (derived anew)."""
+    monkeypatch.setenv("SYMATTN_CACHE", str(tmp_path))
+    raw = {"name": "st", "model": {"tokens": 1, "activation": "h2"},
+           "indices": [{"name": "s", "role": "student", "parameterization": "tied"},
+                       {"name": "t", "role": "teacher", "parameterization": "tied"}],
+           "training": {"noise_ratio": 0.01}}
+    first = derive(load_spec(raw), 4)
+    compiled(first)                                         # stores it (with its module source)
+    files = list(tmp_path.rglob("d_*.pkl"))
+    assert len(files) == 1
+    other = load_spec({**raw, "training": {"noise_ratio": 0.2}})
+    second = derive(other, 4)
+    assert second is not first and second.spec.noise_ratio == 0.2
+    assert second._source == first._source
+    mu = first.initial("free")
+    assert np.array_equal(compiled(second).rhs(0.0, mu, second.params(0.2)), compiled(first).rhs(0.0, mu, first.params(0.2)))
+    files[0].write_bytes(files[0].read_bytes()[:-10])       # torn
+    assert store.load(other, store.key(other, 4, 1e-8)) is None
+    third = derive(other, 4)
+    assert not hasattr(third, "_source")                    # derived anew
