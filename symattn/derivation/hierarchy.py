@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..kinds import alphabet_of
-from ..transient import PicklesWithoutCaches
 from ..spec import Spec, load_spec
 from ..symbolic.words import Alphabet, word_name
+from ..transient import PicklesWithoutCaches
 from .noise import (
     fill_noise_coefficients,
     noise_terms,

@@ -21,8 +21,8 @@ import sympy as sp
 from ..spec import Spec, load_spec
 from ..symbolic.gaussian import GaussianG, OrderParameters
 from ..symbolic.loss import build_loss
-from ..transient import PicklesWithoutCaches
 from ..symbolic.quadrature import MAX_NODES, QuadTerm, SeparableTerm, adaptive_orders, half_width_for
+from ..transient import PicklesWithoutCaches
 
 DIVERGED = 1e-2     # a quadrature still changing by this much (relative) at its node cap has no limit
 

@@ -39,9 +39,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..kinds import alphabet_of
-from ..transient import PicklesWithoutCaches
 from ..spec import Spec, load_spec
 from ..symbolic.words import Alphabet, word_name
+from ..transient import PicklesWithoutCaches
 from .hierarchy import apply_flows, pack_terms
 from .means import FD_STEP, NEWTON_STEPS, NEWTON_TOL, fast_flow, mean_residual, mean_velocity, relax_means, solve_means
 from .noise import (
