@@ -89,9 +89,10 @@ def solve(system, y0, time: float, points: int, epsilon: float = 0.0, rtol=None,
     atol = atol or (1e-9 if quad else 1e-12)
     from .codegen.systems import compiled
     mod = compiled(system)
-    params = system.params(epsilon, y0)
-    t_eval = time_grid(time, points, log_time)
     refresh = bool(epsilon) and hasattr(mod, "noise_values")
+    y0 = np.asarray(y0, dtype=float)
+    params = system.params(epsilon, values=mod.noise_values(y0)) if refresh else system.params(epsilon, y0)
+    t_eval = time_grid(time, points, log_time)
     last = [None, params]
 
     def current(y):
@@ -116,7 +117,7 @@ def solve(system, y0, time: float, points: int, epsilon: float = 0.0, rtol=None,
         return mod.rhs(t, y, current(y))
 
     try:
-        sol = solve_ivp(rhs, (0.0, time), np.asarray(y0, dtype=float), t_eval=t_eval, args=(params,),
+        sol = solve_ivp(rhs, (0.0, time), y0, t_eval=t_eval, args=(params,),
                         method="DOP853", rtol=rtol, atol=atol, events=blowup)
     except (ArithmeticError, np.linalg.LinAlgError) as exc:   # e.g. no slaved mean (untied): FloatingPointError
         raise NumericalFailure(f"integration of the M={system.truncation} system failed: {exc}") from None

@@ -2,8 +2,8 @@
 integrating, not deriving (SymPy) and printing code.
 
 A derived system depends on the model's structure (``Spec.structure``), the initial laws (the
-quadrature is calibrated at the free initial state), the truncation, the quadrature tolerance and the
-package's code — not on the training parameters (ε, B, γ), which are run-time arguments. Those make
+quadrature is calibrated at the free initial state), the truncation, the quadrature tolerance, the
+package's code and SymPy's version — not on the training parameters (ε, B, γ), which are run-time arguments. Those make
 the key; the stored object is the system with its generated module's source, pickled. On load the
 caller's spec replaces the stored one, so ε, B and γ are always the caller's.
 
@@ -38,8 +38,10 @@ def key(spec, truncation: int, tol: float) -> str:
     """What a derivation depends on (module docstring), hashed."""
     laws = [{k: v for k, v in ix.__dict__.items() if k not in ("name", "role", "parameterization")}
             for ix in spec.indices]
+    import sympy
     text = json.dumps({"structure": spec.structure, "laws": laws, "truncation": int(truncation),
-                       "tol": float(tol), "code": code_digest()}, sort_keys=True, default=repr)
+                       "tol": float(tol), "code": code_digest(), "sympy": sympy.__version__},
+                      sort_keys=True, default=repr)
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 

@@ -248,13 +248,16 @@ def adaptive_orders(terms, theta, tol, start=17, relative=False):
         order, change = start, None
         while True:
             nxt = 2 * int(np.ceil(order * 0.65)) + 1
-            if t.rule(nxt)[0] / t.rule(order)[0] < 1.2:             # at the node cap
+            n_now, n_next = t.rule(order)[0], t.rule(nxt)[0]
+            if n_next <= n_now:                                      # at the node cap
                 break
             cur = at(t, nxt)
             change = float(np.max(np.abs(cur - prev)))
             if change <= share:           # the change estimates the error of the lower order (the rule
                 break                     # converges geometrically): keep that one
             order, prev = nxt, cur
+            if n_next < 1.2 * n_now:      # the cap was reached on the way: keep it
+                break
         if change is None:                                       # capped at the start: compare one step down
             m = t.rule(order)[0]
             change = float(np.max(np.abs(prev - at(t, 0, (max(3, int(m / 1.3)) | 1, kind)))))
