@@ -229,7 +229,7 @@ def adaptive_orders(terms, theta, tol, start=17, relative=False):
     next one (an estimate of the kept order's error, since the rule converges geometrically). Why per term: the
     terms of one loss need very different rules (a 1-d softmax row of a large-variance student ~60 nodes,
     a 2-d cross term ~40, a 4-d SGD-noise term to 2e-2 only ~10) and a common order pays the largest
-    everywhere — 63² instead of 41² nodes on the dominant 2-d terms of softmax L = 2.
+    everywhere — 63² instead of 47² nodes on the dominant 2-d terms of softmax L = 2.
     """
     def at(t, order, rule=None):
         return np.r_[t.evaluate(theta, order, rule)]
