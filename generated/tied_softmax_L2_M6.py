@@ -174,26 +174,29 @@ def _closed_phi(t):
 @njit(cache=True, error_model="numpy")    # inf/nan, not an exception, on a division by 0
 def _expect_0(theta, P, mu0, mut, cov0, covt, rule):
     """(E f, ∂E f/∂θ) over N(μ(θ), Σ(θ)) of integrand 0 (outputs [f, ∇f, upper ∇²f]) on the tensor rule of
-    the 1-d ``rule`` in P's 1 direction(s). The per-node work is written out here with the shapes as
-    constants (a call per node into symattn.codegen.runtime would not be inlined)."""
+    the 1-d ``rule`` in P's 1 direction(s): the node loop written out (``emit.kernel_loops``)."""
     nodes, weights = rule
     Amap, xmean, Wh = _rt.node_map(P, mu0, mut, cov0, covt, theta)
     r, nv, n = 1, 2, nodes.shape[0]
-    out, acc, Hy = np.empty(6), np.zeros(6), np.zeros((r, r))
-    z, idx = np.empty(r), np.zeros(r, dtype=np.int64)
     emean = np.exp(xmean)                               # e_i = exp(x̄_i) Π_a exp(A_ia z_a)
     etab = np.empty((nv, r, n))
     for i in range(nv):
         for a in range(r):
             for m in range(n):
                 etab[i, a, m] = math.exp(Amap[i, a] * nodes[m])
-    for k in range(n ** r):
-        wt = 1.0
-        for a in range(r):
-            z[a] = nodes[idx[a]]
-            wt *= weights[idx[a]]
-        e0 = emean[0] * etab[0, 0, idx[0]]
-        e1 = emean[1] * etab[1, 0, idx[0]]
+    acc0 = 0.0
+    acc1 = 0.0
+    acc2 = 0.0
+    acc3 = 0.0
+    acc4 = 0.0
+    acc5 = 0.0
+    for i0 in range(n):
+        z0 = nodes[i0]
+        w0 = weights[i0]
+        p0_0 = emean[0] * etab[0, 0, i0]
+        p1_0 = emean[1] * etab[1, 0, i0]
+        e0 = p0_0
+        e1 = p1_0
         c0 = e0**2
         c1 = e0 + e1
         c2 = c1**(-2)
@@ -209,21 +212,20 @@ def _expect_0(theta, P, mu0, mut, cov0, covt, rule):
         c12 = c0*c7*e1
         c13 = 3/c1**4
         c14 = c0*c13*c4
-        out[0] = (1/2)*c3 + (1/2)*c5
-        out[1] = c0*c2 - c8 - c9
-        out[2] = -c11 - c12 + c2*c4
-        out[3] = c13*e0**4 + c14 + 2*c3 - 5*c8 - c9
-        out[4] = c10*c13*e0 - 2*c12 + c13*c6*e1 - 2*c9
-        out[5] = -5*c11 - c12 + c13*e1**4 + c14 + 2*c5
-        for j in range(6):
-            acc[j] += wt * out[j]
-        a = r - 1                                       # next multi-index (last fastest)
-        while a >= 0:
-            idx[a] += 1
-            if idx[a] < n:
-                break
-            idx[a] = 0
-            a -= 1
+        o0 = (1/2)*c3 + (1/2)*c5
+        o1 = c0*c2 - c8 - c9
+        o2 = -c11 - c12 + c2*c4
+        o3 = c13*e0**4 + c14 + 2*c3 - 5*c8 - c9
+        o4 = c10*c13*e0 - 2*c12 + c13*c6*e1 - 2*c9
+        o5 = -5*c11 - c12 + c13*e1**4 + c14 + 2*c5
+        acc0 += w0 * o0
+        acc1 += w0 * o1
+        acc2 += w0 * o2
+        acc3 += w0 * o3
+        acc4 += w0 * o4
+        acc5 += w0 * o5
+    acc = np.array([acc0, acc1, acc2, acc3, acc4, acc5])
+    Hy = np.zeros((1, 1))
     return _rt.finish(1, acc, Hy, P, mut, covt)
 
 # quadrature term phi0: variables G_1_1_1, G_1_2_1; 1 effective dimension(s), 63 nodes per dimension, integrand 0
@@ -245,87 +247,116 @@ _COVT_phi1 = np.array([[[0.0, 0.0], [0.0, 0.0]], [[0.0, 0.0], [0.0, 0.0]], [[2.0
 @njit(cache=True, error_model="numpy")    # inf/nan, not an exception, on a division by 0
 def _expect_1(theta, P, mu0, mut, cov0, covt, rule):
     """(E f, ∂E f/∂θ) over N(μ(θ), Σ(θ)) of integrand 1 (outputs [f, ∇f, upper ∇²f]) on the tensor rule of
-    the 1-d ``rule`` in P's 2 direction(s). The per-node work is written out here with the shapes as
-    constants (a call per node into symattn.codegen.runtime would not be inlined)."""
+    the 1-d ``rule`` in P's 2 direction(s): the node loop written out (``emit.kernel_loops``)."""
     nodes, weights = rule
     Amap, xmean, Wh = _rt.node_map(P, mu0, mut, cov0, covt, theta)
     r, nv, n = 2, 4, nodes.shape[0]
-    out, acc, Hy = np.empty(15), np.zeros(15), np.zeros((r, r))
-    z, idx = np.empty(r), np.zeros(r, dtype=np.int64)
     emean = np.exp(xmean)                               # e_i = exp(x̄_i) Π_a exp(A_ia z_a)
     etab = np.empty((nv, r, n))
     for i in range(nv):
         for a in range(r):
             for m in range(n):
                 etab[i, a, m] = math.exp(Amap[i, a] * nodes[m])
-    for k in range(n ** r):
-        wt = 1.0
-        for a in range(r):
-            z[a] = nodes[idx[a]]
-            wt *= weights[idx[a]]
-        e0 = emean[0] * etab[0, 0, idx[0]] * etab[0, 1, idx[1]]
-        e1 = emean[1] * etab[1, 0, idx[0]] * etab[1, 1, idx[1]]
-        e2 = emean[2] * etab[2, 0, idx[0]] * etab[2, 1, idx[1]]
-        e3 = emean[3] * etab[3, 0, idx[0]] * etab[3, 1, idx[1]]
-        c0 = e0 + e2
-        c1 = 1/c0
-        c2 = e1 + e3
-        c3 = 1/c2
-        c4 = c1*c3
-        c5 = e0*e1
-        c6 = c4*c5
-        c7 = e2*e3
-        c8 = c4*c7
-        c9 = -c6
-        c10 = c0**(-2)
-        c11 = c10*c3
-        c12 = e0**2
-        c13 = c12*e1
-        c14 = c2**(-2)
-        c15 = c1*c14
-        c16 = e1**2
-        c17 = c16*e0
-        c18 = -c8
-        c19 = e2**2
-        c20 = c19*e3
-        c21 = e3**2
-        c22 = c21*e2
-        c23 = -c10*c3*e0*e2*e3
-        c24 = 2*e1
-        c25 = c3/c0**3
-        c26 = 2*c25
-        c27 = c10*c14
-        c28 = c27*c5*c7
-        c29 = -c10*c3*e0*e1*e2
-        c30 = 2*e0
-        c31 = -c1*c14*e0*e1*e3
-        c32 = -c1*c14*e1*e2*e3
-        c33 = c1/c2**3
-        c34 = 2*c33
-        out[0] = -c6 - c8
-        out[1] = c11*c13 + c11*c7*e0 + c9
-        out[2] = c15*c17 + c15*c7*e1 + c9
-        out[3] = c11*c20 + c11*c5*e2 + c18
-        out[4] = c15*c22 + c15*c5*e3 + c18
-        out[5] = 3*c10*c12*c3*e1 - c12*c26*c7 - c23 - c24*c25*e0**3 - c6
-        out[6] = c1*c14*c16*e0 + c10*c12*c3*e1 - c12*c16*c27 - c28 - c6
-        out[7] = -c13*c26*e2 - c20*c25*c30 - c23 - c29
-        out[8] = -c13*c27*e3 - c22*c27*e0 - c23 - c31
-        out[9] = 3*c1*c14*c16*e0 - c16*c34*c7 - c30*c33*e1**3 - c32 - c6
-        out[10] = -c17*c27*e2 - c20*c27*e1 - c29 - c32
-        out[11] = -c17*c34*e3 - c22*c24*c33 - c31 - c32
-        out[12] = 3*c10*c19*c3*e3 - c19*c26*c5 - c26*e2**3*e3 - c29 - c8
-        out[13] = c1*c14*c21*e2 + c10*c19*c3*e3 - c19*c21*c27 - c28 - c8
-        out[14] = 3*c1*c14*c21*e2 - c21*c34*c5 - c31 - c34*e2*e3**3 - c8
-        for j in range(15):
-            acc[j] += wt * out[j]
-        a = r - 1                                       # next multi-index (last fastest)
-        while a >= 0:
-            idx[a] += 1
-            if idx[a] < n:
-                break
-            idx[a] = 0
-            a -= 1
+    acc0 = 0.0
+    acc1 = 0.0
+    acc2 = 0.0
+    acc3 = 0.0
+    acc4 = 0.0
+    acc5 = 0.0
+    acc6 = 0.0
+    acc7 = 0.0
+    acc8 = 0.0
+    acc9 = 0.0
+    acc10 = 0.0
+    acc11 = 0.0
+    acc12 = 0.0
+    acc13 = 0.0
+    acc14 = 0.0
+    for i0 in range(n):
+        z0 = nodes[i0]
+        w0 = weights[i0]
+        p0_0 = emean[0] * etab[0, 0, i0]
+        p1_0 = emean[1] * etab[1, 0, i0]
+        p2_0 = emean[2] * etab[2, 0, i0]
+        p3_0 = emean[3] * etab[3, 0, i0]
+        for i1 in range(n):
+            z1 = nodes[i1]
+            w1 = w0 * weights[i1]
+            p0_1 = p0_0 * etab[0, 1, i1]
+            p1_1 = p1_0 * etab[1, 1, i1]
+            p2_1 = p2_0 * etab[2, 1, i1]
+            p3_1 = p3_0 * etab[3, 1, i1]
+            e0 = p0_1
+            e1 = p1_1
+            e2 = p2_1
+            e3 = p3_1
+            c0 = e0 + e2
+            c1 = 1/c0
+            c2 = e1 + e3
+            c3 = 1/c2
+            c4 = c1*c3
+            c5 = e0*e1
+            c6 = c4*c5
+            c7 = e2*e3
+            c8 = c4*c7
+            c9 = -c6
+            c10 = c0**(-2)
+            c11 = c10*c3
+            c12 = e0**2
+            c13 = c12*e1
+            c14 = c2**(-2)
+            c15 = c1*c14
+            c16 = e1**2
+            c17 = c16*e0
+            c18 = -c8
+            c19 = e2**2
+            c20 = c19*e3
+            c21 = e3**2
+            c22 = c21*e2
+            c23 = -c10*c3*e0*e2*e3
+            c24 = 2*e1
+            c25 = c3/c0**3
+            c26 = 2*c25
+            c27 = c10*c14
+            c28 = c27*c5*c7
+            c29 = -c10*c3*e0*e1*e2
+            c30 = 2*e0
+            c31 = -c1*c14*e0*e1*e3
+            c32 = -c1*c14*e1*e2*e3
+            c33 = c1/c2**3
+            c34 = 2*c33
+            o0 = -c6 - c8
+            o1 = c11*c13 + c11*c7*e0 + c9
+            o2 = c15*c17 + c15*c7*e1 + c9
+            o3 = c11*c20 + c11*c5*e2 + c18
+            o4 = c15*c22 + c15*c5*e3 + c18
+            o5 = 3*c10*c12*c3*e1 - c12*c26*c7 - c23 - c24*c25*e0**3 - c6
+            o6 = c1*c14*c16*e0 + c10*c12*c3*e1 - c12*c16*c27 - c28 - c6
+            o7 = -c13*c26*e2 - c20*c25*c30 - c23 - c29
+            o8 = -c13*c27*e3 - c22*c27*e0 - c23 - c31
+            o9 = 3*c1*c14*c16*e0 - c16*c34*c7 - c30*c33*e1**3 - c32 - c6
+            o10 = -c17*c27*e2 - c20*c27*e1 - c29 - c32
+            o11 = -c17*c34*e3 - c22*c24*c33 - c31 - c32
+            o12 = 3*c10*c19*c3*e3 - c19*c26*c5 - c26*e2**3*e3 - c29 - c8
+            o13 = c1*c14*c21*e2 + c10*c19*c3*e3 - c19*c21*c27 - c28 - c8
+            o14 = 3*c1*c14*c21*e2 - c21*c34*c5 - c31 - c34*e2*e3**3 - c8
+            acc0 += w1 * o0
+            acc1 += w1 * o1
+            acc2 += w1 * o2
+            acc3 += w1 * o3
+            acc4 += w1 * o4
+            acc5 += w1 * o5
+            acc6 += w1 * o6
+            acc7 += w1 * o7
+            acc8 += w1 * o8
+            acc9 += w1 * o9
+            acc10 += w1 * o10
+            acc11 += w1 * o11
+            acc12 += w1 * o12
+            acc13 += w1 * o13
+            acc14 += w1 * o14
+    acc = np.array([acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7, acc8, acc9, acc10, acc11, acc12, acc13, acc14])
+    Hy = np.zeros((2, 2))
     return _rt.finish(1, acc, Hy, P, mut, covt)
 
 # quadrature term phi2: variables G_1_1_1, G_1_1_2, G_1_2_1, G_1_2_2; 2 effective dimension(s), 47 nodes per dimension, integrand 1
@@ -397,53 +428,54 @@ def _closed_nu00(t):
 @njit(cache=True, error_model="numpy")    # inf/nan, not an exception, on a division by 0
 def _expect_2(theta, P, mu0, mut, cov0, covt, rule):
     """(E f, ∂E f/∂θ) over N(μ(θ), Σ(θ)) of integrand 2 (outputs [f]) on the tensor rule of
-    the 1-d ``rule`` in P's 2 direction(s). The per-node work is written out here with the shapes as
-    constants (a call per node into symattn.codegen.runtime would not be inlined)."""
+    the 1-d ``rule`` in P's 2 direction(s): the node loop written out (``emit.kernel_loops``)."""
     nodes, weights = rule
     Amap, xmean, Wh = _rt.node_map(P, mu0, mut, cov0, covt, theta)
     r, nv, n = 2, 4, nodes.shape[0]
-    out, acc, Hy = np.empty(1), np.zeros(1), np.zeros((r, r))
-    z, idx = np.empty(r), np.zeros(r, dtype=np.int64)
     emean = np.exp(xmean)                               # e_i = exp(x̄_i) Π_a exp(A_ia z_a)
     etab = np.empty((nv, r, n))
     for i in range(nv):
         for a in range(r):
             for m in range(n):
                 etab[i, a, m] = math.exp(Amap[i, a] * nodes[m])
-    for k in range(n ** r):
-        wt = 1.0
-        for a in range(r):
-            z[a] = nodes[idx[a]]
-            wt *= weights[idx[a]]
-        e0 = emean[0] * etab[0, 0, idx[0]] * etab[0, 1, idx[1]]
-        e1 = emean[1] * etab[1, 0, idx[0]] * etab[1, 1, idx[1]]
-        e2 = emean[2] * etab[2, 0, idx[0]] * etab[2, 1, idx[1]]
-        e3 = emean[3] * etab[3, 0, idx[0]] * etab[3, 1, idx[1]]
-        c0 = e0 + e2
-        c1 = 1/c0
-        c2 = 1/(e1 + e3)
-        c3 = c1*e2 - c2*e3
-        c4 = c3**2
-        c5 = e0**2
-        c6 = e2**2
-        c7 = c5*c6/c0**4
-        c8 = c1*e0 - c2*e1
-        c9 = c8**2
-        c10 = c0**(-2)
-        c11 = 2*c10
-        c12 = 2*c1*e0 - c11*c5
-        c13 = 2*c1*e2 - c11*c6
-        c14 = c10*c3*c8*e0*e2
-        out[0] = (1/4)*c12**2*c9 - c12*c14 + (1/8)*c13**2*c4 - 1/2*c13*c14 + c4*c7 + (1/2)*c7*c9
-        for j in range(1):
-            acc[j] += wt * out[j]
-        a = r - 1                                       # next multi-index (last fastest)
-        while a >= 0:
-            idx[a] += 1
-            if idx[a] < n:
-                break
-            idx[a] = 0
-            a -= 1
+    acc0 = 0.0
+    for i0 in range(n):
+        z0 = nodes[i0]
+        w0 = weights[i0]
+        p0_0 = emean[0] * etab[0, 0, i0]
+        p1_0 = emean[1] * etab[1, 0, i0]
+        p2_0 = emean[2] * etab[2, 0, i0]
+        p3_0 = emean[3] * etab[3, 0, i0]
+        for i1 in range(n):
+            z1 = nodes[i1]
+            w1 = w0 * weights[i1]
+            p0_1 = p0_0 * etab[0, 1, i1]
+            p1_1 = p1_0 * etab[1, 1, i1]
+            p2_1 = p2_0 * etab[2, 1, i1]
+            p3_1 = p3_0 * etab[3, 1, i1]
+            e0 = p0_1
+            e1 = p1_1
+            e2 = p2_1
+            e3 = p3_1
+            c0 = e0 + e2
+            c1 = 1/c0
+            c2 = 1/(e1 + e3)
+            c3 = c1*e2 - c2*e3
+            c4 = c3**2
+            c5 = e0**2
+            c6 = e2**2
+            c7 = c5*c6/c0**4
+            c8 = c1*e0 - c2*e1
+            c9 = c8**2
+            c10 = c0**(-2)
+            c11 = 2*c10
+            c12 = 2*c1*e0 - c11*c5
+            c13 = 2*c1*e2 - c11*c6
+            c14 = c10*c3*c8*e0*e2
+            o0 = (1/4)*c12**2*c9 - c12*c14 + (1/8)*c13**2*c4 - 1/2*c13*c14 + c4*c7 + (1/2)*c7*c9
+            acc0 += w1 * o0
+    acc = np.array([acc0])
+    Hy = np.zeros((2, 2))
     return _rt.finish(0, acc, Hy, P, mut, covt)
 
 # quadrature term nu000: variables G_1_1_1, G_1_1_2, G_1_2_1, G_1_2_2; 2 effective dimension(s), 19 nodes per dimension, integrand 2
@@ -457,54 +489,85 @@ _COVT_nu000 = np.array([[[2.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 
 @njit(cache=True, error_model="numpy")    # inf/nan, not an exception, on a division by 0
 def _expect_3(theta, P, mu0, mut, cov0, covt, rule):
     """(E f, ∂E f/∂θ) over N(μ(θ), Σ(θ)) of integrand 3 (outputs [f]) on the tensor rule of
-    the 1-d ``rule`` in P's 4 direction(s). The per-node work is written out here with the shapes as
-    constants (a call per node into symattn.codegen.runtime would not be inlined)."""
+    the 1-d ``rule`` in P's 4 direction(s): the node loop written out (``emit.kernel_loops``)."""
     nodes, weights = rule
     Amap, xmean, Wh = _rt.node_map(P, mu0, mut, cov0, covt, theta)
     r, nv, n = 4, 8, nodes.shape[0]
-    out, acc, Hy = np.empty(1), np.zeros(1), np.zeros((r, r))
-    z, idx = np.empty(r), np.zeros(r, dtype=np.int64)
     emean = np.exp(xmean)                               # e_i = exp(x̄_i) Π_a exp(A_ia z_a)
     etab = np.empty((nv, r, n))
     for i in range(nv):
         for a in range(r):
             for m in range(n):
                 etab[i, a, m] = math.exp(Amap[i, a] * nodes[m])
-    for k in range(n ** r):
-        wt = 1.0
-        for a in range(r):
-            z[a] = nodes[idx[a]]
-            wt *= weights[idx[a]]
-        e0 = emean[0] * etab[0, 0, idx[0]] * etab[0, 1, idx[1]] * etab[0, 2, idx[2]] * etab[0, 3, idx[3]]
-        e1 = emean[1] * etab[1, 0, idx[0]] * etab[1, 1, idx[1]] * etab[1, 2, idx[2]] * etab[1, 3, idx[3]]
-        e2 = emean[2] * etab[2, 0, idx[0]] * etab[2, 1, idx[1]] * etab[2, 2, idx[2]] * etab[2, 3, idx[3]]
-        e3 = emean[3] * etab[3, 0, idx[0]] * etab[3, 1, idx[1]] * etab[3, 2, idx[2]] * etab[3, 3, idx[3]]
-        e4 = emean[4] * etab[4, 0, idx[0]] * etab[4, 1, idx[1]] * etab[4, 2, idx[2]] * etab[4, 3, idx[3]]
-        e5 = emean[5] * etab[5, 0, idx[0]] * etab[5, 1, idx[1]] * etab[5, 2, idx[2]] * etab[5, 3, idx[3]]
-        e6 = emean[6] * etab[6, 0, idx[0]] * etab[6, 1, idx[1]] * etab[6, 2, idx[2]] * etab[6, 3, idx[3]]
-        e7 = emean[7] * etab[7, 0, idx[0]] * etab[7, 1, idx[1]] * etab[7, 2, idx[2]] * etab[7, 3, idx[3]]
-        c0 = e0 + e2
-        c1 = c0**(-2)
-        c2 = 1/c0
-        c3 = 1/(e1 + e3)
-        c4 = c1*e0*e2*(c2*e0 - c3*e1)
-        c5 = e4 + e6
-        c6 = c5**(-2)
-        c7 = 1/c5
-        c8 = 1/(e5 + e7)
-        c9 = c6*e4*e6*(c7*e6 - c8*e7)
-        c10 = (-2*c6*e4**2 + 2*c7*e4)*(c7*e4 - c8*e5)
-        c11 = (-2*c1*e2**2 + 2*c2*e2)*(c2*e2 - c3*e3)
-        out[0] = (1/4)*c10*c11 - 1/2*c10*c4 - 1/2*c11*c9 + c4*c9
-        for j in range(1):
-            acc[j] += wt * out[j]
-        a = r - 1                                       # next multi-index (last fastest)
-        while a >= 0:
-            idx[a] += 1
-            if idx[a] < n:
-                break
-            idx[a] = 0
-            a -= 1
+    acc0 = 0.0
+    for i0 in range(n):
+        z0 = nodes[i0]
+        w0 = weights[i0]
+        p0_0 = emean[0] * etab[0, 0, i0]
+        p1_0 = emean[1] * etab[1, 0, i0]
+        p2_0 = emean[2] * etab[2, 0, i0]
+        p3_0 = emean[3] * etab[3, 0, i0]
+        p4_0 = emean[4] * etab[4, 0, i0]
+        p5_0 = emean[5] * etab[5, 0, i0]
+        p6_0 = emean[6] * etab[6, 0, i0]
+        p7_0 = emean[7] * etab[7, 0, i0]
+        for i1 in range(n):
+            z1 = nodes[i1]
+            w1 = w0 * weights[i1]
+            p0_1 = p0_0 * etab[0, 1, i1]
+            p1_1 = p1_0 * etab[1, 1, i1]
+            p2_1 = p2_0 * etab[2, 1, i1]
+            p3_1 = p3_0 * etab[3, 1, i1]
+            p4_1 = p4_0 * etab[4, 1, i1]
+            p5_1 = p5_0 * etab[5, 1, i1]
+            p6_1 = p6_0 * etab[6, 1, i1]
+            p7_1 = p7_0 * etab[7, 1, i1]
+            for i2 in range(n):
+                z2 = nodes[i2]
+                w2 = w1 * weights[i2]
+                p0_2 = p0_1 * etab[0, 2, i2]
+                p1_2 = p1_1 * etab[1, 2, i2]
+                p2_2 = p2_1 * etab[2, 2, i2]
+                p3_2 = p3_1 * etab[3, 2, i2]
+                p4_2 = p4_1 * etab[4, 2, i2]
+                p5_2 = p5_1 * etab[5, 2, i2]
+                p6_2 = p6_1 * etab[6, 2, i2]
+                p7_2 = p7_1 * etab[7, 2, i2]
+                for i3 in range(n):
+                    z3 = nodes[i3]
+                    w3 = w2 * weights[i3]
+                    p0_3 = p0_2 * etab[0, 3, i3]
+                    p1_3 = p1_2 * etab[1, 3, i3]
+                    p2_3 = p2_2 * etab[2, 3, i3]
+                    p3_3 = p3_2 * etab[3, 3, i3]
+                    p4_3 = p4_2 * etab[4, 3, i3]
+                    p5_3 = p5_2 * etab[5, 3, i3]
+                    p6_3 = p6_2 * etab[6, 3, i3]
+                    p7_3 = p7_2 * etab[7, 3, i3]
+                    e0 = p0_3
+                    e1 = p1_3
+                    e2 = p2_3
+                    e3 = p3_3
+                    e4 = p4_3
+                    e5 = p5_3
+                    e6 = p6_3
+                    e7 = p7_3
+                    c0 = e0 + e2
+                    c1 = c0**(-2)
+                    c2 = 1/c0
+                    c3 = 1/(e1 + e3)
+                    c4 = c1*e0*e2*(c2*e0 - c3*e1)
+                    c5 = e4 + e6
+                    c6 = c5**(-2)
+                    c7 = 1/c5
+                    c8 = 1/(e5 + e7)
+                    c9 = c6*e4*e6*(c7*e6 - c8*e7)
+                    c10 = (-2*c6*e4**2 + 2*c7*e4)*(c7*e4 - c8*e5)
+                    c11 = (-2*c1*e2**2 + 2*c2*e2)*(c2*e2 - c3*e3)
+                    o0 = (1/4)*c10*c11 - 1/2*c10*c4 - 1/2*c11*c9 + c4*c9
+                    acc0 += w3 * o0
+    acc = np.array([acc0])
+    Hy = np.zeros((4, 4))
     return _rt.finish(0, acc, Hy, P, mut, covt)
 
 # quadrature term nu001: variables G_1_1_1, G_1_1_2, G_1_2_1, G_1_2_2, G_2_1_1, G_2_1_2, G_2_2_1, G_2_2_2; 4 effective dimension(s), 9 nodes per dimension, integrand 3
@@ -518,53 +581,54 @@ _COVT_nu001 = np.array([[[2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.
 @njit(cache=True, error_model="numpy")    # inf/nan, not an exception, on a division by 0
 def _expect_4(theta, P, mu0, mut, cov0, covt, rule):
     """(E f, ∂E f/∂θ) over N(μ(θ), Σ(θ)) of integrand 4 (outputs [f]) on the tensor rule of
-    the 1-d ``rule`` in P's 2 direction(s). The per-node work is written out here with the shapes as
-    constants (a call per node into symattn.codegen.runtime would not be inlined)."""
+    the 1-d ``rule`` in P's 2 direction(s): the node loop written out (``emit.kernel_loops``)."""
     nodes, weights = rule
     Amap, xmean, Wh = _rt.node_map(P, mu0, mut, cov0, covt, theta)
     r, nv, n = 2, 4, nodes.shape[0]
-    out, acc, Hy = np.empty(1), np.zeros(1), np.zeros((r, r))
-    z, idx = np.empty(r), np.zeros(r, dtype=np.int64)
     emean = np.exp(xmean)                               # e_i = exp(x̄_i) Π_a exp(A_ia z_a)
     etab = np.empty((nv, r, n))
     for i in range(nv):
         for a in range(r):
             for m in range(n):
                 etab[i, a, m] = math.exp(Amap[i, a] * nodes[m])
-    for k in range(n ** r):
-        wt = 1.0
-        for a in range(r):
-            z[a] = nodes[idx[a]]
-            wt *= weights[idx[a]]
-        e0 = emean[0] * etab[0, 0, idx[0]] * etab[0, 1, idx[1]]
-        e1 = emean[1] * etab[1, 0, idx[0]] * etab[1, 1, idx[1]]
-        e2 = emean[2] * etab[2, 0, idx[0]] * etab[2, 1, idx[1]]
-        e3 = emean[3] * etab[3, 0, idx[0]] * etab[3, 1, idx[1]]
-        c0 = e0 + e2
-        c1 = 1/c0
-        c2 = 1/(e1 + e3)
-        c3 = c1*e0 - c2*e1
-        c4 = c3**2
-        c5 = e2**2
-        c6 = e0**2
-        c7 = c5*c6/c0**4
-        c8 = c1*e2 - c2*e3
-        c9 = c8**2
-        c10 = c0**(-2)
-        c11 = 2*c10
-        c12 = 2*c1*e0 - c11*c6
-        c13 = 2*c1*e2 - c11*c5
-        c14 = c10*c3*c8*e0*e2
-        out[0] = (1/8)*c12**2*c4 - 1/2*c12*c14 + (1/4)*c13**2*c9 - c13*c14 + c4*c7 + (1/2)*c7*c9
-        for j in range(1):
-            acc[j] += wt * out[j]
-        a = r - 1                                       # next multi-index (last fastest)
-        while a >= 0:
-            idx[a] += 1
-            if idx[a] < n:
-                break
-            idx[a] = 0
-            a -= 1
+    acc0 = 0.0
+    for i0 in range(n):
+        z0 = nodes[i0]
+        w0 = weights[i0]
+        p0_0 = emean[0] * etab[0, 0, i0]
+        p1_0 = emean[1] * etab[1, 0, i0]
+        p2_0 = emean[2] * etab[2, 0, i0]
+        p3_0 = emean[3] * etab[3, 0, i0]
+        for i1 in range(n):
+            z1 = nodes[i1]
+            w1 = w0 * weights[i1]
+            p0_1 = p0_0 * etab[0, 1, i1]
+            p1_1 = p1_0 * etab[1, 1, i1]
+            p2_1 = p2_0 * etab[2, 1, i1]
+            p3_1 = p3_0 * etab[3, 1, i1]
+            e0 = p0_1
+            e1 = p1_1
+            e2 = p2_1
+            e3 = p3_1
+            c0 = e0 + e2
+            c1 = 1/c0
+            c2 = 1/(e1 + e3)
+            c3 = c1*e0 - c2*e1
+            c4 = c3**2
+            c5 = e2**2
+            c6 = e0**2
+            c7 = c5*c6/c0**4
+            c8 = c1*e2 - c2*e3
+            c9 = c8**2
+            c10 = c0**(-2)
+            c11 = 2*c10
+            c12 = 2*c1*e0 - c11*c6
+            c13 = 2*c1*e2 - c11*c5
+            c14 = c10*c3*c8*e0*e2
+            o0 = (1/8)*c12**2*c4 - 1/2*c12*c14 + (1/4)*c13**2*c9 - c13*c14 + c4*c7 + (1/2)*c7*c9
+            acc0 += w1 * o0
+    acc = np.array([acc0])
+    Hy = np.zeros((2, 2))
     return _rt.finish(0, acc, Hy, P, mut, covt)
 
 # quadrature term nu002: variables G_2_1_1, G_2_1_2, G_2_2_1, G_2_2_2; 2 effective dimension(s), 19 nodes per dimension, integrand 4

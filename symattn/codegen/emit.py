@@ -108,25 +108,50 @@ def exp_as_powers(expr, variables, bases):
     return sp.sympify(expr).replace(sp.exp, rewrite)
 
 
-def integrand_lines(exprs, variables, r: int, indent="        ") -> tuple:
-    """(lines, uses_exp): the per-node body setting out[j] = exprs[j](x), common subexpressions shared.
-    Each variable x_i = x̄_i + Σ_a A_ia z_a is formed only where used, and e_i = exp(x_i) (see
-    ``exp_as_powers``) as exp(x̄_i) Π_a exp(A_ia z_a) from tables over the 1-d nodes — no exponential is
-    evaluated per node."""
+def kernel_loops(exprs, variables, r: int, stein: bool) -> tuple:
+    """(code, uses_exp): the node loop of a compiled expectation — r nested loops over the 1-d nodes,
+    each level adding its share to the node's coordinates (x_i = x̄_i + Σ_a A_ia z_a) and exponentials
+    (e_i = exp(x̄_i) Π_a exp(A_ia z_a) from tables over the 1-d nodes, see ``exp_as_powers``) and to
+    the weight, the innermost evaluating exprs (common subexpressions shared) into scalar accumulators
+    acc<j> (and, with Stein's lemma, hy<a><b> += w (P∇f)_a (Σ_y^(-1/2) z)_b). No exponential and no
+    array write per node."""
     xs = [sp.Symbol(f"x{i}") for i in range(len(variables))]
     es = [sp.Symbol(f"e{i}") for i in range(len(variables))]
     sub = dict(zip(variables, xs))
     exprs = [exp_as_powers(sp.sympify(e).xreplace(sub), xs, es) for e in exprs]
     reps, reduced = sp.cse(exprs, symbols=sp.numbered_symbols("c"), optimizations=None)
     used = set().union(*(sp.sympify(e).free_symbols for e in list(reduced) + [r for _, r in reps]))
+    ux = [i for i in range(len(xs)) if xs[i] in used]
+    ue = [i for i in range(len(xs)) if es[i] in used]
     code = lambda e: pycode(e, fully_qualified_modules=True)  # noqa: E731
-    lines = [f"x{i} = xmean[{i}] + " + " + ".join(f"Amap[{i}, {a}] * z[{a}]" for a in range(r))
-             for i in range(len(xs)) if xs[i] in used]
-    lines += [f"e{i} = emean[{i}] * " + " * ".join(f"etab[{i}, {a}, idx[{a}]]" for a in range(r))
-              for i in range(len(xs)) if es[i] in used]
-    lines += [f"{s} = {code(e)}" for s, e in reps]
-    lines += [f"out[{i}] = {code(e)}" for i, e in enumerate(reduced)]
-    return [indent + line for line in lines], bool(used & set(es))
+    lines = [f"    acc{j} = 0.0" for j in range(len(exprs))]
+    lines += [f"    hy{a}{b} = 0.0" for a in range(r) for b in range(r)] if stein else []
+    for a in range(r):
+        pad = "    " * (a + 1)
+        lines.append(f"{pad}for i{a} in range(n):")
+        pad += "    "
+        lines.append(f"{pad}z{a} = nodes[i{a}]")
+        lines.append(f"{pad}w{a} = " + (f"w{a - 1} * " if a else "") + f"weights[i{a}]")
+        lines += [f"{pad}s{i}_{a} = " + (f"s{i}_{a - 1}" if a else f"xmean[{i}]") + f" + Amap[{i}, {a}] * z{a}"
+                  for i in ux]
+        lines += [f"{pad}p{i}_{a} = " + (f"p{i}_{a - 1}" if a else f"emean[{i}]") + f" * etab[{i}, {a}, i{a}]"
+                  for i in ue]
+    pad = "    " * (r + 1)
+    lines += [f"{pad}x{i} = s{i}_{r - 1}" for i in ux] + [f"{pad}e{i} = p{i}_{r - 1}" for i in ue]
+    lines += [f"{pad}{s} = {code(e)}" for s, e in reps]
+    lines += [f"{pad}o{j} = {code(e)}" for j, e in enumerate(reduced)]
+    lines += [f"{pad}acc{j} += w{r - 1} * o{j}" for j in range(len(exprs))]
+    if stein:
+        nv = len(variables)
+        for a in range(r):
+            lines.append(f"{pad}pg{a} = " + " + ".join(f"P[{a}, {i}] * o{1 + i}" for i in range(nv)))
+            lines.append(f"{pad}wz{a} = " + " + ".join(f"Wh[{a}, {c}] * z{c}" for c in range(r)))
+        lines += [f"{pad}hy{a}{b} += w{r - 1} * pg{a} * wz{b}" for a in range(r) for b in range(r)]
+    lines.append("    acc = np.array([" + ", ".join(f"acc{j}" for j in range(len(exprs))) + "])")
+    hy = ("np.array([" + ", ".join("[" + ", ".join(f"hy{a}{b}" for b in range(r)) + "]" for a in range(r)) + "])"
+          if stein else f"np.zeros(({r}, {r}))")
+    lines.append(f"    Hy = {hy}")
+    return "\n".join(lines), bool(ue)
 
 
 EXP_TABLES = """\
@@ -136,17 +161,6 @@ EXP_TABLES = """\
         for a in range(r):
             for m in range(n):
                 etab[i, a, m] = math.exp(Amap[i, a] * nodes[m])
-"""
-STEIN_ACCUMULATE = """\
-        for a in range(r):                              # Stein: Hy += w (P∇f) ⊗ (Σ_y^(-1/2) z)
-            pg = 0.0
-            for i in range(nv):
-                pg += P[a, i] * out[1 + i]
-            for b in range(r):
-                wz = 0.0
-                for j in range(r):
-                    wz += Wh[b, j] * z[j]
-                Hy[a, b] += wt * pg * wz
 """
 MODES = {"value": runtime.VALUE, "hessian": runtime.HESSIAN, "stein": runtime.STEIN}
 OUTPUTS = {"value": "[f]", "hessian": "[f, ∇f, upper ∇²f]", "stein": "[f, ∇f], E∇²f by Stein's lemma"}
@@ -168,15 +182,13 @@ def quad_term_code(tag, term, order, gradient, kernels: dict):
             exprs += [sp.diff(grads[i], v[j]) for i in range(len(v)) for j in range(i, len(v))]
     P = canonical_basis(term.P)
     n, kind = term.rule(order)
-    lines, uses_exp = integrand_lines(exprs, v, P.shape[0])
-    body = "\n".join(lines)
+    body, uses_exp = kernel_loops(exprs, v, P.shape[0], mode == "stein")
     src = []
     fid = kernels.get((body, mode))
     if fid is None:
         fid = kernels[(body, mode)] = len(kernels)
         src.append(template("quad_term.py.tmpl").substitute(
-            fid=fid, nout=len(exprs), r=P.shape[0], nv=len(v), mode=MODES[mode], outputs=OUTPUTS[mode],
-            integrand=body, stein=STEIN_ACCUMULATE if mode == "stein" else "",
+            fid=fid, r=P.shape[0], nv=len(v), mode=MODES[mode], outputs=OUTPUTS[mode], loops=body,
             tables=EXP_TABLES if uses_exp else ""))
     src += [f"# quadrature term {tag}: variables {', '.join(s.name for s in v)}; "
             f"{P.shape[0]} effective dimension(s), {n} nodes per dimension, integrand {fid}",
