@@ -53,7 +53,8 @@ def test_rederive_is_byte_identical_and_matches_reference(path):
 
 def test_module_identity_is_the_model_structure(tmp_path, monkeypatch):
     """ε, B, γ, the spec's name and its initial laws are run-time data: a spec differing only in
-    them derives the same module source, and a second `theory` run adds no module to the cache."""
+    them derives the same module source, and a second `theory` run with another ε adds no module
+    to the cache and no derived system to the store (it loads the first run's)."""
     import tomllib
 
     from symattn.cli import main
@@ -72,6 +73,8 @@ def test_module_identity_is_the_model_structure(tmp_path, monkeypatch):
     assert "0.0371" in second.read_text()
     assert main(["theory", str(first), "--method", "moments", "--time", "0.001", "--points", "2", "--quiet", "--out", str(tmp_path / "1.csv")]) == 0
     before = sorted(p.name for p in cache.rglob("m_*.py"))
+    stored = sorted(p.name for p in cache.rglob("d_*.pkl"))
     assert main(["theory", str(second), "--method", "moments", "--time", "0.001", "--points", "2", "--quiet", "--out", str(tmp_path / "2.csv")]) == 0
     assert sorted(p.name for p in cache.rglob("m_*.py")) == before and before
+    assert sorted(p.name for p in cache.rglob("d_*.pkl")) == stored and stored   # nor a new derivation
     assert (tmp_path / "1.csv").read_text() != (tmp_path / "2.csv").read_text()   # ε did change the answer
