@@ -162,14 +162,7 @@ _RULE_T47_6570 = _rt.rule_1d(47, 6.56970851754059, 'trapezoid')
 _RULE_T63_6570 = _rt.rule_1d(63, 6.56970851754059, 'trapezoid')
 
 
-@njit(cache=True)
-def _closed_phi(t):
-    t0 = t[0]
-    t1 = t[1]
-    t2 = t[2]
-    out = np.zeros(4)
-    return out
-
+# ---- compiled quadrature kernels ----
 
 @njit(cache=True, error_model="numpy")    # inf/nan, not an exception, on a division by 0
 def _expect_0(theta, P, mu0, mut, cov0, covt, rule):
@@ -227,21 +220,6 @@ def _expect_0(theta, P, mu0, mut, cov0, covt, rule):
     acc = np.array([acc0, acc1, acc2, acc3, acc4, acc5])
     Hy = np.zeros((1, 1))
     return _rt.finish(1, acc, Hy, P, mut, covt)
-
-# quadrature term phi0: variables G_1_1_1, G_1_2_1; 1 effective dimension(s), 63 nodes per dimension, integrand 0
-_P_phi0 = np.array([[0.70710678118655, -0.70710678118655]], dtype=np.float64)
-_MU0_phi0 = np.array([0.0, 0.0], dtype=np.float64)
-_MUT_phi0 = np.array([[0.0, 0.0], [0.0, 0.0], [0.0, 0.0]], dtype=np.float64)
-_COV0_phi0 = np.array([[0.0, 0.0], [0.0, 0.0]], dtype=np.float64)
-_COVT_phi0 = np.array([[[2.0, 0.0], [0.0, 1.0]], [[0.0, 0.0], [0.0, 0.0]], [[0.0, 0.0], [0.0, 0.0]]], dtype=np.float64)
-
-
-# quadrature term phi1: variables G_1_1_2, G_1_2_2; 1 effective dimension(s), 35 nodes per dimension, integrand 0
-_P_phi1 = np.array([[0.70710678118655, -0.70710678118655]], dtype=np.float64)
-_MU0_phi1 = np.array([0.0, 0.0], dtype=np.float64)
-_MUT_phi1 = np.array([[0.0, 0.0], [0.0, 0.0], [0.0, 0.0]], dtype=np.float64)
-_COV0_phi1 = np.array([[0.0, 0.0], [0.0, 0.0]], dtype=np.float64)
-_COVT_phi1 = np.array([[[0.0, 0.0], [0.0, 0.0]], [[0.0, 0.0], [0.0, 0.0]], [[2.0, 0.0], [0.0, 1.0]]], dtype=np.float64)
 
 
 @njit(cache=True, error_model="numpy")    # inf/nan, not an exception, on a division by 0
@@ -359,71 +337,6 @@ def _expect_1(theta, P, mu0, mut, cov0, covt, rule):
     Hy = np.zeros((2, 2))
     return _rt.finish(1, acc, Hy, P, mut, covt)
 
-# quadrature term phi2: variables G_1_1_1, G_1_1_2, G_1_2_1, G_1_2_2; 2 effective dimension(s), 47 nodes per dimension, integrand 1
-_P_phi2 = np.array([[0.70710678118655, 0.0, -0.70710678118655, 0.0], [0.0, 0.70710678118655, 0.0, -0.70710678118655]], dtype=np.float64)
-_MU0_phi2 = np.array([0.0, 0.0, 0.0, 0.0], dtype=np.float64)
-_MUT_phi2 = np.array([[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]], dtype=np.float64)
-_COV0_phi2 = np.array([[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]], dtype=np.float64)
-_COVT_phi2 = np.array([[[2.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0]], [[0.0, 2.0, 0.0, 0.0], [2.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0], [0.0, 0.0, 1.0, 0.0]], [[0.0, 0.0, 0.0, 0.0], [0.0, 2.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0]]], dtype=np.float64)
-
-
-# quadrature term phi3: variables G_2_1_1, G_2_2_1; 1 effective dimension(s), 63 nodes per dimension, integrand 0
-_P_phi3 = np.array([[0.70710678118655, -0.70710678118655]], dtype=np.float64)
-_MU0_phi3 = np.array([0.0, 0.0], dtype=np.float64)
-_MUT_phi3 = np.array([[0.0, 0.0], [0.0, 0.0], [0.0, 0.0]], dtype=np.float64)
-_COV0_phi3 = np.array([[0.0, 0.0], [0.0, 0.0]], dtype=np.float64)
-_COVT_phi3 = np.array([[[1.0, 0.0], [0.0, 2.0]], [[0.0, 0.0], [0.0, 0.0]], [[0.0, 0.0], [0.0, 0.0]]], dtype=np.float64)
-
-
-# quadrature term phi4: variables G_2_1_2, G_2_2_2; 1 effective dimension(s), 35 nodes per dimension, integrand 0
-_P_phi4 = np.array([[0.70710678118655, -0.70710678118655]], dtype=np.float64)
-_MU0_phi4 = np.array([0.0, 0.0], dtype=np.float64)
-_MUT_phi4 = np.array([[0.0, 0.0], [0.0, 0.0], [0.0, 0.0]], dtype=np.float64)
-_COV0_phi4 = np.array([[0.0, 0.0], [0.0, 0.0]], dtype=np.float64)
-_COVT_phi4 = np.array([[[0.0, 0.0], [0.0, 0.0]], [[0.0, 0.0], [0.0, 0.0]], [[1.0, 0.0], [0.0, 2.0]]], dtype=np.float64)
-
-
-# quadrature term phi5: variables G_2_1_1, G_2_1_2, G_2_2_1, G_2_2_2; 2 effective dimension(s), 47 nodes per dimension, integrand 1
-_P_phi5 = np.array([[0.70710678118655, 0.0, -0.70710678118655, 0.0], [0.0, 0.70710678118655, 0.0, -0.70710678118655]], dtype=np.float64)
-_MU0_phi5 = np.array([0.0, 0.0, 0.0, 0.0], dtype=np.float64)
-_MUT_phi5 = np.array([[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]], dtype=np.float64)
-_COV0_phi5 = np.array([[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]], dtype=np.float64)
-_COVT_phi5 = np.array([[[1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 2.0, 0.0], [0.0, 0.0, 0.0, 0.0]], [[0.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 2.0], [0.0, 0.0, 2.0, 0.0]], [[0.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 2.0]]], dtype=np.float64)
-
-
-def phi_and_grad(theta):
-    out = _closed_phi(theta)
-    val = out[0]
-    grad = out[1:].copy()
-    f, g = _expect_0(theta, _P_phi0, _MU0_phi0, _MUT_phi0, _COV0_phi0, _COVT_phi0, _RULE_T63_6570)
-    val += f
-    grad += g
-    f, g = _expect_0(theta, _P_phi1, _MU0_phi1, _MUT_phi1, _COV0_phi1, _COVT_phi1, _RULE_T35_6570)
-    val += f
-    grad += g
-    f, g = _expect_1(theta, _P_phi2, _MU0_phi2, _MUT_phi2, _COV0_phi2, _COVT_phi2, _RULE_T47_6570)
-    val += f
-    grad += g
-    f, g = _expect_0(theta, _P_phi3, _MU0_phi3, _MUT_phi3, _COV0_phi3, _COVT_phi3, _RULE_T63_6570)
-    val += f
-    grad += g
-    f, g = _expect_0(theta, _P_phi4, _MU0_phi4, _MUT_phi4, _COV0_phi4, _COVT_phi4, _RULE_T35_6570)
-    val += f
-    grad += g
-    f, g = _expect_1(theta, _P_phi5, _MU0_phi5, _MUT_phi5, _COV0_phi5, _COVT_phi5, _RULE_T47_6570)
-    val += f
-    grad += g
-    return val, grad
-
-
-@njit(cache=True)
-def _closed_nu00(t):
-    t0 = t[0]
-    t1 = t[1]
-    t2 = t[2]
-    out = np.zeros(1)
-    return out
-
 
 @njit(cache=True, error_model="numpy")    # inf/nan, not an exception, on a division by 0
 def _expect_2(theta, P, mu0, mut, cov0, covt, rule):
@@ -477,13 +390,6 @@ def _expect_2(theta, P, mu0, mut, cov0, covt, rule):
     acc = np.array([acc0])
     Hy = np.zeros((2, 2))
     return _rt.finish(0, acc, Hy, P, mut, covt)
-
-# quadrature term nu000: variables G_1_1_1, G_1_1_2, G_1_2_1, G_1_2_2; 2 effective dimension(s), 19 nodes per dimension, integrand 2
-_P_nu000 = np.array([[0.70710678118655, 0.0, -0.70710678118655, 0.0], [0.0, 0.70710678118655, 0.0, -0.70710678118655]], dtype=np.float64)
-_MU0_nu000 = np.array([0.0, 0.0, 0.0, 0.0], dtype=np.float64)
-_MUT_nu000 = np.array([[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]], dtype=np.float64)
-_COV0_nu000 = np.array([[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]], dtype=np.float64)
-_COVT_nu000 = np.array([[[2.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0]], [[0.0, 2.0, 0.0, 0.0], [2.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0], [0.0, 0.0, 1.0, 0.0]], [[0.0, 0.0, 0.0, 0.0], [0.0, 2.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0]]], dtype=np.float64)
 
 
 @njit(cache=True, error_model="numpy")    # inf/nan, not an exception, on a division by 0
@@ -570,13 +476,6 @@ def _expect_3(theta, P, mu0, mut, cov0, covt, rule):
     Hy = np.zeros((4, 4))
     return _rt.finish(0, acc, Hy, P, mut, covt)
 
-# quadrature term nu001: variables G_1_1_1, G_1_1_2, G_1_2_1, G_1_2_2, G_2_1_1, G_2_1_2, G_2_2_1, G_2_2_2; 4 effective dimension(s), 9 nodes per dimension, integrand 3
-_P_nu001 = np.array([[0.70710678118655, 0.0, -0.70710678118655, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.70710678118655, 0.0, -0.70710678118655, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.70710678118655, 0.0, -0.70710678118655, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.70710678118655, 0.0, -0.70710678118655]], dtype=np.float64)
-_MU0_nu001 = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], dtype=np.float64)
-_MUT_nu001 = np.array([[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]], dtype=np.float64)
-_COV0_nu001 = np.array([[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]], dtype=np.float64)
-_COVT_nu001 = np.array([[[2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]], [[0.0, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0, 0.0]], [[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0]]], dtype=np.float64)
-
 
 @njit(cache=True, error_model="numpy")    # inf/nan, not an exception, on a division by 0
 def _expect_4(theta, P, mu0, mut, cov0, covt, rule):
@@ -630,6 +529,116 @@ def _expect_4(theta, P, mu0, mut, cov0, covt, rule):
     acc = np.array([acc0])
     Hy = np.zeros((2, 2))
     return _rt.finish(0, acc, Hy, P, mut, covt)
+
+# ---- end of compiled quadrature kernels ----
+
+
+@njit(cache=True)
+def _closed_phi(t):
+    t0 = t[0]
+    t1 = t[1]
+    t2 = t[2]
+    out = np.zeros(4)
+    return out
+
+
+# quadrature term phi0: variables G_1_1_1, G_1_2_1; 1 effective dimension(s), 63 nodes per dimension, integrand 0
+_P_phi0 = np.array([[0.70710678118655, -0.70710678118655]], dtype=np.float64)
+_MU0_phi0 = np.array([0.0, 0.0], dtype=np.float64)
+_MUT_phi0 = np.array([[0.0, 0.0], [0.0, 0.0], [0.0, 0.0]], dtype=np.float64)
+_COV0_phi0 = np.array([[0.0, 0.0], [0.0, 0.0]], dtype=np.float64)
+_COVT_phi0 = np.array([[[2.0, 0.0], [0.0, 1.0]], [[0.0, 0.0], [0.0, 0.0]], [[0.0, 0.0], [0.0, 0.0]]], dtype=np.float64)
+
+
+# quadrature term phi1: variables G_1_1_2, G_1_2_2; 1 effective dimension(s), 35 nodes per dimension, integrand 0
+_P_phi1 = np.array([[0.70710678118655, -0.70710678118655]], dtype=np.float64)
+_MU0_phi1 = np.array([0.0, 0.0], dtype=np.float64)
+_MUT_phi1 = np.array([[0.0, 0.0], [0.0, 0.0], [0.0, 0.0]], dtype=np.float64)
+_COV0_phi1 = np.array([[0.0, 0.0], [0.0, 0.0]], dtype=np.float64)
+_COVT_phi1 = np.array([[[0.0, 0.0], [0.0, 0.0]], [[0.0, 0.0], [0.0, 0.0]], [[2.0, 0.0], [0.0, 1.0]]], dtype=np.float64)
+
+
+# quadrature term phi2: variables G_1_1_1, G_1_1_2, G_1_2_1, G_1_2_2; 2 effective dimension(s), 47 nodes per dimension, integrand 1
+_P_phi2 = np.array([[0.70710678118655, 0.0, -0.70710678118655, 0.0], [0.0, 0.70710678118655, 0.0, -0.70710678118655]], dtype=np.float64)
+_MU0_phi2 = np.array([0.0, 0.0, 0.0, 0.0], dtype=np.float64)
+_MUT_phi2 = np.array([[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]], dtype=np.float64)
+_COV0_phi2 = np.array([[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]], dtype=np.float64)
+_COVT_phi2 = np.array([[[2.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0]], [[0.0, 2.0, 0.0, 0.0], [2.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0], [0.0, 0.0, 1.0, 0.0]], [[0.0, 0.0, 0.0, 0.0], [0.0, 2.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0]]], dtype=np.float64)
+
+
+# quadrature term phi3: variables G_2_1_1, G_2_2_1; 1 effective dimension(s), 63 nodes per dimension, integrand 0
+_P_phi3 = np.array([[0.70710678118655, -0.70710678118655]], dtype=np.float64)
+_MU0_phi3 = np.array([0.0, 0.0], dtype=np.float64)
+_MUT_phi3 = np.array([[0.0, 0.0], [0.0, 0.0], [0.0, 0.0]], dtype=np.float64)
+_COV0_phi3 = np.array([[0.0, 0.0], [0.0, 0.0]], dtype=np.float64)
+_COVT_phi3 = np.array([[[1.0, 0.0], [0.0, 2.0]], [[0.0, 0.0], [0.0, 0.0]], [[0.0, 0.0], [0.0, 0.0]]], dtype=np.float64)
+
+
+# quadrature term phi4: variables G_2_1_2, G_2_2_2; 1 effective dimension(s), 35 nodes per dimension, integrand 0
+_P_phi4 = np.array([[0.70710678118655, -0.70710678118655]], dtype=np.float64)
+_MU0_phi4 = np.array([0.0, 0.0], dtype=np.float64)
+_MUT_phi4 = np.array([[0.0, 0.0], [0.0, 0.0], [0.0, 0.0]], dtype=np.float64)
+_COV0_phi4 = np.array([[0.0, 0.0], [0.0, 0.0]], dtype=np.float64)
+_COVT_phi4 = np.array([[[0.0, 0.0], [0.0, 0.0]], [[0.0, 0.0], [0.0, 0.0]], [[1.0, 0.0], [0.0, 2.0]]], dtype=np.float64)
+
+
+# quadrature term phi5: variables G_2_1_1, G_2_1_2, G_2_2_1, G_2_2_2; 2 effective dimension(s), 47 nodes per dimension, integrand 1
+_P_phi5 = np.array([[0.70710678118655, 0.0, -0.70710678118655, 0.0], [0.0, 0.70710678118655, 0.0, -0.70710678118655]], dtype=np.float64)
+_MU0_phi5 = np.array([0.0, 0.0, 0.0, 0.0], dtype=np.float64)
+_MUT_phi5 = np.array([[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]], dtype=np.float64)
+_COV0_phi5 = np.array([[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]], dtype=np.float64)
+_COVT_phi5 = np.array([[[1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 2.0, 0.0], [0.0, 0.0, 0.0, 0.0]], [[0.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 2.0], [0.0, 0.0, 2.0, 0.0]], [[0.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 2.0]]], dtype=np.float64)
+
+
+def phi_and_grad(theta):
+    out = _closed_phi(theta)
+    val = out[0]
+    grad = out[1:].copy()
+    f, g = _expect_0(theta, _P_phi0, _MU0_phi0, _MUT_phi0, _COV0_phi0, _COVT_phi0, _RULE_T63_6570)
+    val += f
+    grad += g
+    f, g = _expect_0(theta, _P_phi1, _MU0_phi1, _MUT_phi1, _COV0_phi1, _COVT_phi1, _RULE_T35_6570)
+    val += f
+    grad += g
+    f, g = _expect_1(theta, _P_phi2, _MU0_phi2, _MUT_phi2, _COV0_phi2, _COVT_phi2, _RULE_T47_6570)
+    val += f
+    grad += g
+    f, g = _expect_0(theta, _P_phi3, _MU0_phi3, _MUT_phi3, _COV0_phi3, _COVT_phi3, _RULE_T63_6570)
+    val += f
+    grad += g
+    f, g = _expect_0(theta, _P_phi4, _MU0_phi4, _MUT_phi4, _COV0_phi4, _COVT_phi4, _RULE_T35_6570)
+    val += f
+    grad += g
+    f, g = _expect_1(theta, _P_phi5, _MU0_phi5, _MUT_phi5, _COV0_phi5, _COVT_phi5, _RULE_T47_6570)
+    val += f
+    grad += g
+    return val, grad
+
+
+@njit(cache=True)
+def _closed_nu00(t):
+    t0 = t[0]
+    t1 = t[1]
+    t2 = t[2]
+    out = np.zeros(1)
+    return out
+
+
+# quadrature term nu000: variables G_1_1_1, G_1_1_2, G_1_2_1, G_1_2_2; 2 effective dimension(s), 19 nodes per dimension, integrand 2
+_P_nu000 = np.array([[0.70710678118655, 0.0, -0.70710678118655, 0.0], [0.0, 0.70710678118655, 0.0, -0.70710678118655]], dtype=np.float64)
+_MU0_nu000 = np.array([0.0, 0.0, 0.0, 0.0], dtype=np.float64)
+_MUT_nu000 = np.array([[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]], dtype=np.float64)
+_COV0_nu000 = np.array([[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]], dtype=np.float64)
+_COVT_nu000 = np.array([[[2.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0]], [[0.0, 2.0, 0.0, 0.0], [2.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0], [0.0, 0.0, 1.0, 0.0]], [[0.0, 0.0, 0.0, 0.0], [0.0, 2.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0]]], dtype=np.float64)
+
+
+# quadrature term nu001: variables G_1_1_1, G_1_1_2, G_1_2_1, G_1_2_2, G_2_1_1, G_2_1_2, G_2_2_1, G_2_2_2; 4 effective dimension(s), 9 nodes per dimension, integrand 3
+_P_nu001 = np.array([[0.70710678118655, 0.0, -0.70710678118655, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.70710678118655, 0.0, -0.70710678118655, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.70710678118655, 0.0, -0.70710678118655, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.70710678118655, 0.0, -0.70710678118655]], dtype=np.float64)
+_MU0_nu001 = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], dtype=np.float64)
+_MUT_nu001 = np.array([[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]], dtype=np.float64)
+_COV0_nu001 = np.array([[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]], dtype=np.float64)
+_COVT_nu001 = np.array([[[2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]], [[0.0, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0, 0.0]], [[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0]]], dtype=np.float64)
+
 
 # quadrature term nu002: variables G_2_1_1, G_2_1_2, G_2_2_1, G_2_2_2; 2 effective dimension(s), 19 nodes per dimension, integrand 4
 _P_nu002 = np.array([[0.70710678118655, 0.0, -0.70710678118655, 0.0], [0.0, 0.70710678118655, 0.0, -0.70710678118655]], dtype=np.float64)

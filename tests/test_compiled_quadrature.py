@@ -114,3 +114,29 @@ def test_store_returns_the_derived_system_with_the_callers_training_parameters(t
     assert store.load(other, store.key(other, 4, 1e-8)) is None
     third = derive(other, 4)
     assert not hasattr(third, "_source")                    # derived anew
+
+
+def test_truncations_share_one_verified_kernel_file(tmp_path, monkeypatch):
+    """The compiled kernels depend on the potential only: the M and M − 2 modules of a model load
+    one k_<hash>.py (compiled once); a planted kernel file is rewritten, never run."""
+    import sys
+
+    from symattn.codegen.load import cached_module
+    from symattn.codegen.systems import source
+    monkeypatch.setenv("SYMATTN_CACHE", str(tmp_path))
+    for name in [n for n in sys.modules if n.startswith("symattn_generated_")]:
+        monkeypatch.delitem(sys.modules, name)              # loaded by earlier tests: load anew here
+    system = derive(CASES["softmax_beta2"], 4)
+    lower = system.retruncate(2)
+    a, b = compiled(system), compiled(lower)
+    kernels = list(tmp_path.rglob("k_*.py"))
+    assert len(kernels) == 1 and len(list(tmp_path.rglob("m_*.py"))) == 2
+    assert a._expect_0 is b._expect_0
+    marker = tmp_path / "planted_ran"
+    kernels[0].write_text(f"open({str(marker)!r}, 'w').close()\n")
+    for name in [n for n in sys.modules if n.startswith("symattn_generated_")]:
+        monkeypatch.delitem(sys.modules, name)
+    mod = cached_module(source(lower))
+    assert not marker.exists() and hasattr(mod, "rhs")
+    mu = lower.initial("free")
+    assert np.array_equal(mod.rhs(0.0, mu, lower.params(0.0)), b.rhs(0.0, mu, lower.params(0.0)))

@@ -162,15 +162,19 @@ EXP_TABLES = """\
             for m in range(n):
                 etab[i, a, m] = math.exp(Amap[i, a] * nodes[m])
 """
+# the compiled expectations of a model depend on its potential only, not on the truncation: the
+# module cache (codegen.load) stores this block as a file of its own, shared by every truncation
+KERNELS_BEGIN = "# ---- compiled quadrature kernels ----\n"
+KERNELS_END = "\n# ---- end of compiled quadrature kernels ----\n"
 MODES = {"value": runtime.VALUE, "hessian": runtime.HESSIAN, "stein": runtime.STEIN}
 OUTPUTS = {"value": "[f]", "hessian": "[f, ∇f, upper ∇²f]", "stein": "[f, ∇f], E∇²f by Stein's lemma"}
 
 
 def quad_term_code(tag, term, order, gradient, kernels: dict):
     """(source, call) of one quadrature term (symbolic.quadrature.QuadTerm): its Gaussian data as
-    arrays and the call of its compiled expectation ``_expect_<id>`` (``quad_term.py.tmpl``), emitted
-    unless an earlier term has the same integrand (``kernels``: (body, mode) → id; the rows of a
-    softmax share one). Numba compiles each emitted expectation once per machine (cached)."""
+    arrays and the call of its compiled expectation ``_expect_<id>`` (``quad_term.py.tmpl``),
+    registered in ``kernels`` ((body, mode) → (id, source)) unless an earlier term has the same
+    integrand (the rows of a softmax share one); ``module_source`` emits them as one block."""
     v = term.variables
     exprs = [term.expr]
     mode = "value"
@@ -183,14 +187,14 @@ def quad_term_code(tag, term, order, gradient, kernels: dict):
     P = canonical_basis(term.P)
     n, kind = term.rule(order)
     body, uses_exp = kernel_loops(exprs, v, P.shape[0], mode == "stein")
-    src = []
-    fid = kernels.get((body, mode))
-    if fid is None:
-        fid = kernels[(body, mode)] = len(kernels)
-        src.append(template("quad_term.py.tmpl").substitute(
+    key = (body, mode)
+    if key not in kernels:
+        fid = len(kernels)
+        kernels[key] = (fid, template("quad_term.py.tmpl").substitute(
             fid=fid, r=P.shape[0], nv=len(v), mode=MODES[mode], outputs=OUTPUTS[mode], loops=body,
             tables=EXP_TABLES if uses_exp else ""))
-    src += [f"# quadrature term {tag}: variables {', '.join(s.name for s in v)}; "
+    fid = kernels[key][0]
+    src = [f"# quadrature term {tag}: variables {', '.join(s.name for s in v)}; "
             f"{P.shape[0]} effective dimension(s), {n} nodes per dimension, integrand {fid}",
             f"_P_{tag} = {array_literal(P)}",
             f"_MU0_{tag} = {array_literal(term.mu0)}",
@@ -299,6 +303,8 @@ def module_source(system, kind: str, coefficient_lines: list, extra: str = "", e
         c, r = expectation_code(E, fname, tag, gradient=False, kernels=kernels)
         blocks.append(c)
         rules |= r
+    if kernels:
+        blocks.insert(0, KERNELS_BEGIN + "\n" + "\n\n".join(text for _, text in kernels.values()) + KERNELS_END)
     if rules:
         blocks.insert(0, template("gauss_rule.py.tmpl").template + "\n".join(
             f"{rule_name(n, k, h)} = _rt.rule_1d({n}, {fnum(h)}, {k!r})" for n, k, h in sorted(rules)) + "\n")

@@ -6,7 +6,8 @@ Numba version, created with mode 0700. A module is stored as ``m_<sha256 of its 
 written to a temporary file and renamed into place, so a concurrent job never reads half a
 module. On load the file's bytes are hashed again and compared with its name: a planted,
 edited or truncated file is never executed — it is rewritten from the source in hand. The
-verified bytes themselves are compiled (not re-read), so what runs is what was checked.
+verified bytes themselves are compiled (not re-read), so what runs is what was checked. A module's
+compiled quadrature kernels are stored apart (``k_<sha256>.py``), shared by every truncation.
 Where no cache folder can be written (a read-only home), a private temporary folder is used.
 """
 from __future__ import annotations
@@ -81,9 +82,10 @@ def cache_dir() -> Path:
     return _FALLBACK[0]
 
 
-def _exec_verified(name: str, path: Path, data: bytes):
+def _exec_verified(name: str, path: Path, data: bytes, names: dict | None = None):
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
+    mod.__dict__.update(names or {})
     code = compile(data, str(path), "exec")
     sys.modules[name] = mod
     try:
@@ -102,15 +104,36 @@ def import_module(path: str | Path):
     return _exec_verified(name, path, data)
 
 
+KERNEL_HEADER = ('"""Compiled quadrature kernels of a generated module (symattn; shared by every truncation of '
+                 'its model)."""\nimport math\n\nimport numpy as np\nfrom numba import njit\n\n'
+                 'from symattn.codegen import runtime as _rt\n\n')
+
+
 def cached_module(source: str):
-    """Import generated ``source`` through its content-addressed file in the cache (verified)."""
+    """Import generated ``source`` through content-addressed, verified files in the cache. Its block of
+    compiled quadrature kernels (``emit.KERNELS_BEGIN`` … ``KERNELS_END``) becomes a file of its own,
+    ``k_<hash>.py``, whose functions the module receives: the kernels depend on the potential only, so
+    every truncation of a model shares one file and Numba compiles them once."""
+    from .emit import KERNELS_BEGIN, KERNELS_END
+    start, end = source.find(KERNELS_BEGIN), source.find(KERNELS_END)
+    if start < 0 or end < start:
+        return _cached("m", source)
+    kernels = _cached("k", KERNEL_HEADER + source[start + len(KERNELS_BEGIN):end])
+    shared = {k: v for k, v in vars(kernels).items() if k.startswith("_expect_")}
+    rest = (source[:start] + f"# compiled quadrature kernels: {kernels.__file__.rsplit('/', 1)[-1]} "
+            f"({', '.join(sorted(shared))})\n" + source[end + len(KERNELS_END):])
+    return _cached("m", rest, shared)
+
+
+def _cached(prefix: str, source: str, names: dict | None = None):
+    """Import ``source`` through its file ``<prefix>_<sha256>.py`` in the cache (verified)."""
     data = source.encode()
     digest = _digest(data)[:20]
-    name = f"symattn_generated_m_{digest}"
+    name = f"symattn_generated_{prefix}_{digest}"
     if name in sys.modules:                     # same content, already compiled in this process
         return sys.modules[name]
     folder = cache_dir()
-    path = folder / f"m_{digest}.py"
+    path = folder / f"{prefix}_{digest}.py"
     try:
         ok = path.is_file() and _digest(path.read_bytes())[:20] == digest
     except OSError:
@@ -120,4 +143,4 @@ def cached_module(source: str):
         note(f"compiling the generated right-hand side ({source.count(chr(10))} lines; first use of "
              f"this model, cached in {folder})")
         atomic_write(path, data, mode=0o600)
-    return _exec_verified(name, path, data)
+    return _exec_verified(name, path, data, names)
