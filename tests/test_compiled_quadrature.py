@@ -78,7 +78,7 @@ def test_jacobi_eigen_decomposition_gives_the_symmetric_root():
         lr, Qr = np.linalg.eigh(C)
         root = (Q * np.sqrt(np.clip(lam, 0, None))) @ Q.T
         ref = (Qr * np.sqrt(np.clip(lr, 0, None))) @ Qr.T
-        assert np.allclose(root, ref, atol=1e-7)
+        assert np.allclose(root, ref, atol=1e-7)   # √ of the rank-1 case's null eigenvalues (~1e-16): ~1e-8
 
 
 def test_exp_as_powers_is_an_identity_and_leaves_other_exponents_alone():

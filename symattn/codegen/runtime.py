@@ -24,7 +24,8 @@ VALUE, HESSIAN, STEIN = 0, 1, 2      # what the integrand outputs: [f] / [f, ∇
 
 @njit(cache=True)
 def jacobi(C):
-    """(λ, Q) of a small symmetric matrix by cyclic Jacobi rotations."""
+    """(λ, Q) of a small symmetric matrix by cyclic Jacobi rotations (plain loops: Numba's LAPACK-backed
+    ``np.linalg.eigh`` took 3–6 s to compile, once per model before this module existed)."""
     r = C.shape[0]
     a = C.copy()
     Q = np.eye(r)
