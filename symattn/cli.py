@@ -102,13 +102,14 @@ def cmd_potential(args):
     if args.json:
         out = {"value": val, "gradient": grad, "at": values}
         if P.quad_terms:
-            out["quadrature"] = {"nodes_per_dim": order, "error_estimate": err}
+            out["quadrature"] = {"nodes_per_dim": list(order), "error_estimate": err}   # one entry per term
         print(json.dumps(out, indent=2, allow_nan=False))
         return
     kind = "closed form" if P.is_closed_form else f"closed form + {len(P.quad_terms)} quadrature terms"
     print(f"Φ ({kind}) = {P.latex() if args.latex else P.closed_form}")
     if P.quad_terms:
-        print(f"quadrature: {order} nodes per dimension, error estimate {err:.2e}")
+        print(f"quadrature: {', '.join(map(str, order))} nodes per dimension (one per term), "
+              f"error estimate {err:.2e}")
     print("at " + ", ".join(f"{k}={v:g}" for k, v in values.items()))
     print(f"Φ = {val:.12g}")
     for k, v in grad.items():
