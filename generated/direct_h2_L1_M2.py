@@ -2,7 +2,7 @@
 
 Direct/tied moment hierarchy; truncation M = 2; 6 moments (words up to length 2 and the constant 1); 10 sparse terms.
 Time axis: package time nα/d. Run-time parameters: params = [weight decay γ, noise ratio ε].
-Structure digest: d58668360941e7ab
+Structure digest: 888bf05de473d13f
 Φ = 3*q_student_student**2 - 2*q_student_student*q_teacher_teacher - 4*q_student_teacher**2 + 3*q_teacher_teacher**2
 
 Model structure (the module depends on nothing else of the spec):
@@ -21,7 +21,7 @@ Model structure (the module depends on nothing else of the spec):
        "role": "teacher"
       }
      ],
-     "label_noise": 0.0,
+     "label_noise": false,
      "loss": null,
      "readout": "sum",
      "token_covariance": [
@@ -78,10 +78,20 @@ VAL = np.array([
 
 
 @njit(cache=True)
+def _with_label_noise(theta, s2):
+    """(θ, s²): the argument vector of the closed forms (s² the label-noise variance)."""
+    t = np.empty(theta.shape[0] + 1)
+    t[:-1] = theta
+    t[-1] = s2
+    return t
+
+
+@njit(cache=True)
 def _closed_phi(t):
     t0 = t[0]
     t1 = t[1]
     t2 = t[2]
+    t3 = t[3]
     c0 = 2*t2
     out = np.zeros(4)
     out[0] = -c0*t0 + 3*t0**2 - 4*t1**2 + 3*t2**2
@@ -92,8 +102,8 @@ def _closed_phi(t):
 
 
 @njit(cache=True)
-def phi_and_grad(theta):
-    out = _closed_phi(theta)
+def phi_and_grad(theta, s2):
+    out = _closed_phi(_with_label_noise(theta, s2))
     val = out[0]
     grad = out[1:].copy()
     return val, grad
@@ -104,6 +114,7 @@ def _closed_nu00(t):
     t0 = t[0]
     t1 = t[1]
     t2 = t[2]
+    t3 = t[3]
     c0 = t1**2
     out = np.zeros(1)
     out[0] = -192*c0*t0 + 96*c0*t2 + 120*t0**3 - 48*t0**2*t2 + 24*t0*t2**2
@@ -111,17 +122,17 @@ def _closed_nu00(t):
 
 
 @njit(cache=True)
-def nu_0_0(theta):
-    out = _closed_nu00(theta)
+def nu_0_0(theta, s2):
+    out = _closed_nu00(_with_label_noise(theta, s2))
     val = out[0]
     return val
 
 
 @njit(cache=True)
 def coefficients(mu, params):
-    """coef[key] of the sparse terms at the current moments; params = [γ, ε, non-polynomial ν...]."""
+    """coef[key] of the sparse terms at the current moments; params = [γ, ε, s², non-polynomial ν...]."""
     theta = mu[THETA_WORDS]
-    phi, g = phi_and_grad(theta)
+    phi, g = phi_and_grad(theta, params[2])
     coef = np.zeros(7)
     coef[0] = 1.0
     coef[1] = params[0]
@@ -140,7 +151,7 @@ def coefficients(mu, params):
     coef[3] = gamma[0, 1]
     coef[4] = gamma[1, 0]
     coef[5] = gamma[1, 1]
-    coef[6] = params[1] * nu_0_0(theta)
+    coef[6] = params[1] * nu_0_0(theta, params[2])
     return coef
 
 
@@ -156,5 +167,5 @@ def rhs_terms(mu, coef):
 @njit(cache=True)
 def rhs(t, mu, params):
     """dμ/dt on package time, a pure function of (t, mu, params); params = [weight decay γ, noise
-    ratio ε, the non-polynomial ν (``noise_values``) when there are any]."""
+    ratio ε, label-noise variance s², the non-polynomial ν (``noise_values``) when there are any]."""
     return rhs_terms(mu, coefficients(mu, params))

@@ -2,7 +2,7 @@
 
 Direct/tied moment hierarchy; truncation M = 6; 37 moments (words up to length 6 and the constant 1); 182 sparse terms.
 Time axis: package time nα/d. Run-time parameters: params = [weight decay γ, noise ratio ε].
-Structure digest: dc2081cd437a9d5c
+Structure digest: 7c52e2ff8ce47add
 Φ = 0 + E[non-polynomial terms]
 Quadrature: 6 terms, 63, 35, 47, 63, 35, 47 nodes per dimension (calibrated at the initial state, error estimate 1.5e-10)
 
@@ -22,7 +22,7 @@ Model structure (the module depends on nothing else of the spec):
        "role": "teacher"
       }
      ],
-     "label_noise": 0.0,
+     "label_noise": false,
      "loss": null,
      "readout": "sum",
      "token_covariance": [
@@ -534,10 +534,20 @@ def _expect_4(theta, P, mu0, mut, cov0, covt, rule):
 
 
 @njit(cache=True)
+def _with_label_noise(theta, s2):
+    """(θ, s²): the argument vector of the closed forms (s² the label-noise variance)."""
+    t = np.empty(theta.shape[0] + 1)
+    t[:-1] = theta
+    t[-1] = s2
+    return t
+
+
+@njit(cache=True)
 def _closed_phi(t):
     t0 = t[0]
     t1 = t[1]
     t2 = t[2]
+    t3 = t[3]
     out = np.zeros(4)
     return out
 
@@ -590,8 +600,8 @@ _COV0_phi5 = np.array([[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.
 _COVT_phi5 = np.array([[[1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 2.0, 0.0], [0.0, 0.0, 0.0, 0.0]], [[0.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 2.0], [0.0, 0.0, 2.0, 0.0]], [[0.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 2.0]]], dtype=np.float64)
 
 
-def phi_and_grad(theta):
-    out = _closed_phi(theta)
+def phi_and_grad(theta, s2):
+    out = _closed_phi(_with_label_noise(theta, s2))
     val = out[0]
     grad = out[1:].copy()
     f, g = _expect_0(theta, _P_phi0, _MU0_phi0, _MUT_phi0, _COV0_phi0, _COVT_phi0, _RULE_T63_6570)
@@ -620,6 +630,7 @@ def _closed_nu00(t):
     t0 = t[0]
     t1 = t[1]
     t2 = t[2]
+    t3 = t[3]
     out = np.zeros(1)
     return out
 
@@ -648,8 +659,8 @@ _COV0_nu002 = np.array([[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0
 _COVT_nu002 = np.array([[[1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 2.0, 0.0], [0.0, 0.0, 0.0, 0.0]], [[0.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 2.0], [0.0, 0.0, 2.0, 0.0]], [[0.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 2.0]]], dtype=np.float64)
 
 
-def nu_0_0(theta):
-    out = _closed_nu00(theta)
+def nu_0_0(theta, s2):
+    out = _closed_nu00(_with_label_noise(theta, s2))
     val = out[0]
     val += _expect_2(theta, _P_nu000, _MU0_nu000, _MUT_nu000, _COV0_nu000, _COVT_nu000, _RULE_T19_4297)[0]
     val += _expect_3(theta, _P_nu001, _MU0_nu001, _MUT_nu001, _COV0_nu001, _COVT_nu001, _RULE_T9_4297)[0]
@@ -658,9 +669,9 @@ def nu_0_0(theta):
 
 
 def coefficients(mu, params):
-    """coef[key] of the sparse terms at the current moments; params = [γ, ε, non-polynomial ν...]."""
+    """coef[key] of the sparse terms at the current moments; params = [γ, ε, s², non-polynomial ν...]."""
     theta = mu[THETA_WORDS]
-    phi, g = phi_and_grad(theta)
+    phi, g = phi_and_grad(theta, params[2])
     coef = np.zeros(7)
     coef[0] = 1.0
     coef[1] = params[0]
@@ -679,7 +690,7 @@ def coefficients(mu, params):
     coef[3] = gamma[0, 1]
     coef[4] = gamma[1, 0]
     coef[5] = gamma[1, 1]
-    coef[6] = params[1] * params[2]
+    coef[6] = params[1] * params[3]
     return coef
 
 
@@ -694,11 +705,12 @@ def rhs_terms(mu, coef):
 
 def rhs(t, mu, params):
     """dμ/dt on package time, a pure function of (t, mu, params); params = [weight decay γ, noise
-    ratio ε, the non-polynomial ν (``noise_values``) when there are any]."""
+    ratio ε, label-noise variance s², the non-polynomial ν (``noise_values``) when there are any]."""
     return rhs_terms(mu, coefficients(mu, params))
 
 
-def noise_values(mu):
-    """Non-polynomial SGD-noise constants ν at the state: params[2:] of ``rhs``."""
+def noise_values(mu, s2):
+    """Non-polynomial SGD-noise constants ν at the state (s2: the label-noise variance): params[3:]
+    of ``rhs``."""
     theta = mu[THETA_WORDS]
-    return np.array([nu_0_0(theta)])
+    return np.array([nu_0_0(theta, s2)])

@@ -91,7 +91,8 @@ def solve(system, y0, time: float, points: int, epsilon: float = 0.0, rtol=None,
     mod = compiled(system)
     refresh = bool(epsilon) and hasattr(mod, "noise_values")
     y0 = np.asarray(y0, dtype=float)
-    params = system.params(epsilon, values=mod.noise_values(y0)) if refresh else system.params(epsilon, y0)
+    s2 = system.potential.label_noise
+    params = system.params(epsilon, values=mod.noise_values(y0, s2)) if refresh else system.params(epsilon, y0)
     t_eval = time_grid(time, points, log_time)
     last = [None, params]
 
@@ -102,7 +103,7 @@ def solve(system, y0, time: float, points: int, epsilon: float = 0.0, rtol=None,
             return params
         th = y[system.theta_words]
         if last[0] is None or np.max(np.abs(th - last[0])) > 1e-2 * (1.0 + np.max(np.abs(last[0]))):
-            last[0], last[1] = th.copy(), system.params(epsilon, values=mod.noise_values(y))
+            last[0], last[1] = th.copy(), system.params(epsilon, values=mod.noise_values(y, s2))
         return last[1]
 
     def blowup(t, y, p):
@@ -147,8 +148,8 @@ def retruncated(system, M: int):
 def compiled_phi(system):
     """θ ↦ Φ(θ) from the system's compiled module (the same quadrature as the right-hand side)."""
     from .codegen.systems import compiled
-    mod = compiled(system)
-    return lambda theta: float(mod.phi_and_grad(np.ascontiguousarray(theta, dtype=float))[0])
+    mod, s2 = compiled(system), system.potential.label_noise
+    return lambda theta: float(mod.phi_and_grad(np.ascontiguousarray(theta, dtype=float), s2)[0])
 
 
 def integrate(system, time: float = 1.0, points: int = 51, init="free", dim: int | None = None, seed: int = 0,

@@ -49,7 +49,7 @@ def test_compiled_phi_gradient_and_nu_equal_the_reference(case):
         y = y0 if trial == 0 else y0 * (1 + 0.1 * rng.standard_normal(y0.shape))
         y[0] = 1.0
         theta = np.ascontiguousarray(system.theta_of(y))
-        val, grad = mod.phi_and_grad(theta)
+        val, grad = mod.phi_and_grad(theta, system.potential.label_noise)
         ref_val, ref_grad = system.potential.value_and_gradient(theta)
         scale = 1.0 + abs(ref_val) + np.max(np.abs(ref_grad))
         assert abs(val - ref_val) <= TOL * scale, (case, val, ref_val)
@@ -57,8 +57,8 @@ def test_compiled_phi_gradient_and_nu_equal_the_reference(case):
         gtol = 10 * system.potential.error if kinked else TOL * scale
         assert np.max(np.abs(grad - ref_grad)) <= gtol, (case, grad, ref_grad)
         if hasattr(mod, "noise_values"):
-            ref_nu = system.params(0.01, y)[2:]
-            assert np.allclose(mod.noise_values(y), ref_nu, rtol=TOL, atol=TOL), case
+            ref_nu = system.params(0.01, y)[3:]
+            assert np.allclose(mod.noise_values(y, system.potential.label_noise), ref_nu, rtol=TOL, atol=TOL), case
 
 
 def test_jacobi_eigen_decomposition_gives_the_symmetric_root():
@@ -140,3 +140,24 @@ def test_truncations_share_one_verified_kernel_file(tmp_path, monkeypatch):
     assert not marker.exists() and hasattr(mod, "rhs")
     mu = lower.initial("free")
     assert np.array_equal(mod.rhs(0.0, mu, lower.params(0.0)), b.rhs(0.0, mu, lower.params(0.0)))
+
+
+def test_label_noise_variance_is_a_run_time_parameter():
+    """Two specs differing only in the label-noise variance derive one module (ξ is integrated out
+    analytically, s² is params[2]); with each spec's params the compiled right-hand side equals that
+    spec's reference one (1e-9), and at ε > 0 the variance changes it (through ν)."""
+    from symattn.codegen.systems import source
+    a, b = derive(spec("softmax", label_noise=0.1), 2), derive(spec("softmax", label_noise=0.4), 2)
+    assert source(a) == source(b)
+    mod = compiled(a)
+    y = a.initial("free")
+    got = []
+    for system in (a, b):
+        p = system.params(0.05, y)
+        ref, out = system.rhs(0.0, y, p), mod.rhs(0.0, y, p)
+        assert np.allclose(out, ref, rtol=1e-9, atol=1e-9 * (1 + np.abs(ref).max()))
+        got.append(out)
+    assert np.max(np.abs(got[0] - got[1])) > 1e-6
+    # Φ's label-noise part is the constant ½ L² s² (one ξ per output entry, E ξ² = s²)
+    th = np.ascontiguousarray(a.theta_of(y))
+    assert abs(mod.phi_and_grad(th, 0.4)[0] - mod.phi_and_grad(th, 0.1)[0] - 0.5 * 4 * 0.3) < 1e-12

@@ -21,6 +21,7 @@ import numpy as np
 import sympy as sp
 from sympy.printing.pycode import pycode
 
+from ..symbolic.gaussian import LABEL_NOISE
 from ..symbolic.quadrature import canonical_basis
 from . import runtime
 
@@ -162,6 +163,14 @@ EXP_TABLES = """\
             for m in range(n):
                 etab[i, a, m] = math.exp(Amap[i, a] * nodes[m])
 """
+WITH_LABEL_NOISE = """@njit(cache=True)
+def _with_label_noise(theta, s2):
+    \"\"\"(θ, s²): the argument vector of the closed forms (s² the label-noise variance).\"\"\"
+    t = np.empty(theta.shape[0] + 1)
+    t[:-1] = theta
+    t[-1] = s2
+    return t
+"""
 # the compiled expectations of a model depend on its potential only, not on the truncation: the
 # module cache (codegen.load) stores this block as a file of its own, shared by every truncation
 KERNELS_BEGIN = "# ---- compiled quadrature kernels ----\n"
@@ -219,7 +228,8 @@ def template(name: str) -> string.Template:
 
 
 def expectation_code(E, fname, tag, gradient=True, kernels=None):
-    """``fname(theta)``: E[f] (and ∂/∂θ when ``gradient``) as closed form + quadrature terms.
+    """``fname(theta, s2)``: E[f] (and ∂/∂θ when ``gradient``) as closed form + quadrature terms, at
+    label-noise variance s2 (the closed forms take (θ, s2) as one vector).
 
     Returns (source, rules): rules are the (nodes, kind, half-width) of the 1-d quadrature rules used.
     ``kernels``: the integrands emitted so far in the module (shared between expectations).
@@ -227,17 +237,19 @@ def expectation_code(E, fname, tag, gradient=True, kernels=None):
     kernels = {} if kernels is None else kernels
     syms, order = E.symbols, E.order or ()
     closed = [E.closed_form] + (E.closed_gradient() if gradient else [])
-    parts = [_expr_code(closed, syms, f"_closed_{tag}", arg_name="t")]
+    parts = [_expr_code(closed, list(syms) + [LABEL_NOISE], f"_closed_{tag}", arg_name="t")]
     jit = [] if E.quad_terms else ["@njit(cache=True)"]     # numba would re-optimise the integrands
-    body = jit + [f"def {fname}(theta):", f"    out = _closed_{tag}(theta)", "    val = out[0]"]
+    body = jit + [f"def {fname}(theta, s2):", f"    out = _closed_{tag}(_with_label_noise(theta, s2))",
+                  "    val = out[0]"]
     body += ["    grad = out[1:].copy()"] if gradient else []
     for n, (term, o) in enumerate(zip(E.quad_terms, order)):
         code, call = quad_term_code(f"{tag}{n}", term, o, gradient, kernels)
         parts.append(code)
+        w = f"s2 ** {term.noise_power} * " if term.noise_power else ""
         if gradient:
-            body += [f"    f, g = {call}", "    val += f", "    grad += g"]
+            body += [f"    f, g = {call}", f"    val += {w}f", f"    grad += {w}g"]
         else:
-            body += [f"    val += {call}"]
+            body += [f"    val += {w}{call}"]
     body.append("    return val, grad" if gradient else "    return val")
     rules = {(*t.rule(o), t.half_width) for t, o in zip(E.quad_terms, order)}
     return "\n\n".join(parts) + "\n\n" + "\n".join(body) + "\n", rules
@@ -298,7 +310,7 @@ def module_source(system, kind: str, coefficient_lines: list, extra: str = "", e
     src.append(float_array("VAL", T["val"]))
     kernels = {}
     code, rules = expectation_code(P, "phi_and_grad", "phi", gradient=True, kernels=kernels)
-    blocks = [code]
+    blocks = [WITH_LABEL_NOISE, code]
     for E, fname, tag in expectations:
         c, r = expectation_code(E, fname, tag, gradient=False, kernels=kernels)
         blocks.append(c)

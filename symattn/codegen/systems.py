@@ -15,26 +15,28 @@ from .load import cached_module
 
 
 def noise_coefficient_lines(coef_names, nu: dict) -> list:
-    """Generated-code version of :func:`fill_noise_coefficients` (params[1] = ε; a non-polynomial ν
-    from params[2:], ``quadrature_nu_names`` order, so that the right-hand side holds no state)."""
+    """Generated-code version of :func:`fill_noise_coefficients` (params[1] = ε, params[2] = s²; a
+    non-polynomial ν from params[3:], ``quadrature_nu_names`` order, so that the right-hand side holds
+    no state)."""
     quad = quadrature_nu_names(nu)
     lines = []
     for name in nu:
-        value = f"params[{2 + quad.index(name)}]" if name in quad else f"{name}(theta)"
+        value = f"params[{3 + quad.index(name)}]" if name in quad else f"{name}(theta, params[2])"
         lines.append(f"    coef[{coef_names.index(name)}] = params[1] * {value}")
     return lines
 
 
 def noise_values_source(system) -> str:
-    """``noise_values(mu)``: the non-polynomial ν at the state, for the caller to pass as params[2:]."""
+    """``noise_values(mu, s2)``: the non-polynomial ν at the state, for the caller to pass as params[3:]."""
     quad = quadrature_nu_names(system.nu)
     if not quad:
         return ""
-    means = "    theta = _solve_means(theta)\n" if isinstance(system, UntiedSystem) else ""
-    return ("\n\ndef noise_values(mu):\n"
-            '    """Non-polynomial SGD-noise constants ν at the state: params[2:] of ``rhs``."""\n'
+    means = "    theta = _solve_means(theta, s2)\n" if isinstance(system, UntiedSystem) else ""
+    return ("\n\ndef noise_values(mu, s2):\n"
+            '    """Non-polynomial SGD-noise constants ν at the state (s2: the label-noise variance): params[3:]\n'
+            '    of ``rhs``."""\n'
             f"    theta = mu[THETA_WORDS]\n{means}"
-            f"    return np.array([{', '.join(f'{n}(theta)' for n in quad)}])\n")
+            f"    return np.array([{', '.join(f'{n}(theta, s2)' for n in quad)}])\n")
 
 
 def symmetric_coefficient_lines(system) -> list:
@@ -49,7 +51,7 @@ def untied_coefficient_lines(system) -> list:
     """Generated-code version of ``UntiedSystem.coefficients`` (the slaved means first)."""
 
     K, P = system.spec.K, system.potential
-    lines = ["    theta = _solve_means(theta)", "    phi, g = phi_and_grad(theta)",
+    lines = ["    theta = _solve_means(theta, params[2])", "    phi, g = phi_and_grad(theta, params[2])",
              "    coef[1] = params[0]"] + gradient_matrix_lines(P)
     o = 2 + K
     for k in range(K):

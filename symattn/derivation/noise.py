@@ -130,16 +130,17 @@ def noise_terms(spec, words, alphabet, coef_index, truncation) -> dict:
 
 # ---- shared by every system that carries noise coefficients (coef[name] = ε·ν(θ)) ----
 def quadrature_nu_names(nu: dict) -> list:
-    """The non-polynomial ν: the generated right-hand side reads them from params[2:] (in this order),
+    """The non-polynomial ν: the generated right-hand side reads them from params[3:] (in this order),
     so that it holds no state; the integrator evaluates and refreshes them (``noise_params``)."""
     return [name for name, E in nu.items() if E.quad_terms]
 
 
 def noise_params(system, epsilon: float, y=None, values=None) -> np.ndarray:
-    """Run-time parameters [γ, ε, ν_quadrature(θ(y))...] of a derived system's right-hand side
-    (the ν entries 0 when ε = 0; ``values``: precomputed ν, e.g. from the generated ``noise_values``)."""
+    """Run-time parameters [γ, ε, s², ν_quadrature(θ(y))...] of a derived system's right-hand side, s² the
+    label-noise variance (the ν entries 0 when ε = 0; ``values``: precomputed ν, e.g. from the generated
+    ``noise_values``)."""
     names = quadrature_nu_names(system.nu)
-    base = [system.spec.weight_decay, epsilon]
+    base = [system.spec.weight_decay, epsilon, system.potential.label_noise]
     if not names:
         return np.array(base)
     if values is None:

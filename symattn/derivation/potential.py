@@ -19,7 +19,7 @@ import numpy as np
 import sympy as sp
 
 from ..spec import Spec, load_spec
-from ..symbolic.gaussian import GaussianG, OrderParameters
+from ..symbolic.gaussian import LABEL_NOISE, GaussianG, OrderParameters, integrate_label_noise
 from ..symbolic.loss import build_loss
 from ..symbolic.quadrature import MAX_NODES, QuadTerm, SeparableTerm, adaptive_orders, half_width_for
 from ..transient import PicklesWithoutCaches
@@ -61,21 +61,24 @@ class GaussianExpectation(PicklesWithoutCaches):
         self.symbols = self.op.symbols
         self.names = self.op.names
         gvars = set(self.gauss.index)
+        xis = [v for v, where in self.gauss.index.items() if where[0] == "xi"]
         poly, groups = [], {}
         for term in terms:
-            vs = term.free_symbols & gvars
-            if term.is_polynomial(*vs):
-                poly.append(term)
-            else:
-                key = tuple(sorted(vs, key=lambda s: s.name))
-                groups[key] = groups.get(key, 0) + term
+            for k, h in integrate_label_noise(term, xis):       # E_ξ first: Σ_k s^{2k} h_k(G)
+                vs = h.free_symbols & gvars
+                if h.is_polynomial(*vs):
+                    poly.append(LABEL_NOISE**k * h)
+                else:
+                    key = (tuple(sorted(vs, key=lambda s: s.name)), k)
+                    groups[key] = groups.get(key, 0) + h
         self.closed_form = sp.expand(sum((self.gauss.expect_polynomial(t) for t in poly), sp.Integer(0)))
-        self.quad_terms = [self._quad_term(expr, list(vs)) for vs, expr in groups.items()]
+        self.quad_terms = [self._quad_term(expr, list(vs), k) for (vs, k), expr in groups.items()]
         self.order = None
         self.error = 0.0
 
-    def _quad_term(self, expr, variables):
-        """QuadTerm with μ, Σ of its variables written as affine functions of θ."""
+    def _quad_term(self, expr, variables, noise_power: int = 0):
+        """QuadTerm with μ, Σ of its variables written as affine functions of θ; its value enters
+        multiplied by s^(2·noise_power) (the label-noise variance, ``label_noise``)."""
         p, n = len(self.symbols), len(variables)
         mu = [self.gauss.mean(v) for v in variables]
         cov = [[self.gauss.cov(a, b) for b in variables] for a in variables]
@@ -95,16 +98,23 @@ class GaussianExpectation(PicklesWithoutCaches):
         # modules evaluate the tensor rule, so value-only expectations such as ν keep it, bit for bit)
         cls = SeparableTerm if self.gradient and SeparableTerm.usable(expr, variables) else QuadTerm
         return cls(expr, variables, mu0, mut, cov0, covt, gradient=self.gradient,
-                   half_width=half_width_for(self.tol), max_nodes=self.max_nodes)
+                   half_width=half_width_for(self.tol), max_nodes=self.max_nodes, noise_power=noise_power)
 
     @property
     def is_closed_form(self) -> bool:
         return not self.quad_terms
 
+    @property
+    def label_noise(self) -> float:
+        """The label-noise variance s² the Python evaluation uses (the spec's; a run-time argument of
+        the generated module)."""
+        return float(self.spec.label_noise) if self.spec.loss is None else 0.0
+
     @cached_property
     def _closed(self):
-        f = sp.lambdify([self.symbols], self.closed_form, modules="numpy")
-        g = sp.lambdify([self.symbols], [sp.diff(self.closed_form, s) for s in self.symbols], modules="numpy")
+        args = [self.symbols, LABEL_NOISE]
+        f = sp.lambdify(args, self.closed_form, modules="numpy")
+        g = sp.lambdify(args, [sp.diff(self.closed_form, s) for s in self.symbols], modules="numpy")
         return f, g
 
     def closed_gradient(self) -> list:
@@ -150,22 +160,25 @@ class GaussianExpectation(PicklesWithoutCaches):
     def value_at_order(self, values) -> float:
         """Φ(θ) with the current quadrature order (no recalibration)."""
         th = self.theta(values)
-        return float(self._closed[0](th)) + sum(t.evaluate(th, o)[0] for t, o in zip(self.quad_terms, self.order))
+        s2 = self.label_noise
+        return float(self._closed[0](th, s2)) + sum(s2**t.noise_power * t.evaluate(th, o)[0]
+                                                    for t, o in zip(self.quad_terms, self.order))
 
     def value_and_gradient(self, values):
         """(Φ(θ), ∂Φ/∂θ) with ∂ in the plain partial-derivative sense, in ``self.names`` order."""
         th = self.theta(values)
         f, g = self._closed
-        val = float(f(th))
-        grad = np.array(g(th), dtype=float).reshape(-1) if self.symbols else np.zeros(0)
+        s2 = self.label_noise
+        val = float(f(th, s2))
+        grad = np.array(g(th, s2), dtype=float).reshape(-1) if self.symbols else np.zeros(0)
         grad = np.broadcast_to(grad, (len(self.symbols),)).copy()
         if self.quad_terms:
             if self.order is None:
                 self.calibrate(th)
             for t, o in zip(self.quad_terms, self.order):
                 v, gr = t.evaluate(th, o)
-                val += v
-                grad += gr
+                val += s2**t.noise_power * v
+                grad += s2**t.noise_power * gr
         return val, grad
 
     def value(self, values) -> float:
@@ -178,15 +191,16 @@ class GaussianExpectation(PicklesWithoutCaches):
         fn = self._mean_hessians.get(pos)
         if fn is None:
             syms = [self.symbols[p] for p in pos]
-            fn = sp.lambdify([self.symbols], [[sp.diff(self.closed_form, a, b) for b in syms] for a in syms],
-                             modules="numpy")
+            fn = sp.lambdify([self.symbols, LABEL_NOISE],
+                             [[sp.diff(self.closed_form, a, b) for b in syms] for a in syms], modules="numpy")
             self._mean_hessians[pos] = fn
-        H = np.array(fn(th), dtype=float).reshape(len(pos), len(pos))
+        s2 = self.label_noise
+        H = np.array(fn(th, s2), dtype=float).reshape(len(pos), len(pos))
         if self.quad_terms:
             if self.order is None:
                 self.calibrate(th)
             for t, o in zip(self.quad_terms, self.order):
-                H += t.mean_hessian(th, o, pos)
+                H += s2**t.noise_power * t.mean_hessian(th, o, pos)
         return H
 
     @cached_property

@@ -3,9 +3,10 @@ integrating, not deriving (SymPy) and printing code.
 
 A derived system depends on the model's structure (``Spec.structure``), the initial laws (the
 quadrature is calibrated at the free initial state), the truncation, the quadrature tolerance, the
-package's code and SymPy's version — not on the training parameters (ε, B, γ), which are run-time arguments. Those make
-the key; the stored object is the system with its generated module's source, pickled. On load the
-caller's spec replaces the stored one, so ε, B and γ are always the caller's.
+package's code and SymPy's version — not on the training parameters (ε, B, γ) or the label-noise
+variance, which are run-time arguments. Those make the key; the stored object is the system with its
+generated module's source, pickled. On load the caller's spec replaces the stored one (in the system,
+its potential and its ν), so ε, B, γ and the label-noise variance are always the caller's.
 
 Files live in the module cache folder (``codegen.load.cache_dir``: private to the user, mode 0700) as
 ``d_<key>.pkl``, written atomically (a concurrent job never reads half a file); each holds the SHA-256
@@ -63,7 +64,8 @@ def load(spec, k: str):
         system = pickle.loads(payload)
     except Exception:                                      # a stale class layout: derive anew
         return None
-    system.spec = spec
+    for holder in (system, system.potential, *system.nu.values()):
+        holder.spec = spec                                  # ε, B, γ and the label-noise variance
     system._store_key = k
     return system
 

@@ -24,6 +24,29 @@ def pair_name(spec: Spec, k: int, l: int) -> str:
     return f"{spec.names[a]}_{spec.names[b]}"
 
 
+# the label-noise variance s² (ξ ~ N(0, s²) on every output entry): a run-time parameter, not a number in
+# the derived expressions (``model.label_noise`` > 0 is structure, its value is not)
+LABEL_NOISE = sp.Symbol("label_noise_variance", nonnegative=True)
+
+
+def integrate_label_noise(term, xis) -> list:
+    """[(k, h_k)] with E_ξ term = Σ_k s^{2k} h_k(G), for ξ independent of G and N(0, s²) i.i.d.: the heat
+    kernel E f(ξ) = exp(½ s² Δ_ξ) f |_{ξ=0}, i.e. h_k = Δ^k f(0)/(2^k k!), exact and finite for a loss
+    polynomial in ξ (no expansion of the non-polynomial factors is needed)."""
+    present = [x for x in xis if term.has(x)]
+    if not present:
+        return [(0, term)]
+    zero = {x: 0 for x in present}
+    out, cur, k = [], term, 0
+    while cur != 0:
+        h = cur.subs(zero) / (2**k * sp.factorial(k))
+        if h != 0:
+            out.append((k, h))
+        cur = sum((sp.diff(cur, x, 2) for x in present), sp.Integer(0))
+        k += 1
+    return out
+
+
 @dataclass
 class OrderParameters:
     """The symbols θ of Φ(θ) and the matrices m, Ω, Ψ written in them."""
@@ -108,8 +131,7 @@ class GaussianG:
     def cov(self, s1, s2):
         t1, t2 = self.index[s1], self.index[s2]
         if t1[0] == "xi" or t2[0] == "xi":
-            delta = sp.nsimplify(self.loss.spec.label_noise, rational=True)
-            return delta if s1 == s2 else sp.Integer(0)
+            return LABEL_NOISE if s1 == s2 else sp.Integer(0)
         _, i, j, k = t1
         _, a, b, l = t2
         C = self.C

@@ -130,6 +130,7 @@ class QuadTerm(PicklesWithoutCaches):
     gradient: bool = True    # False: only E f is ever needed (no derivatives are formed)
     half_width: float = HALF_WIDTH
     max_nodes: int = MAX_NODES
+    noise_power: int = 0     # the term enters multiplied by s^(2·noise_power), s² the label-noise variance
 
     def __post_init__(self):
         v = self.variables
