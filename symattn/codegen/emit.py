@@ -184,15 +184,13 @@ def quad_term_code(tag, term, order, gradient, kernels: dict):
     arrays and the call of its compiled expectation ``_expect_<id>`` (``quad_term.py.tmpl``),
     registered in ``kernels`` ((body, mode) → (id, source)) unless an earlier term has the same
     integrand (the rows of a softmax share one); ``module_source`` emits them as one block."""
-    v = term.variables
-    exprs = [term.expr]
-    mode = "value"
-    if gradient:
-        grads = [sp.diff(term.expr, a) for a in v]
-        exprs += grads
+    v, nv = term.variables, len(term.variables)
+    exprs, mode = [term.expr], "value"
+    if gradient:                        # the term's own derivatives; of the Hessian the upper triangle
         mode = "stein" if term.stein else "hessian"
+        exprs = list(term.outputs[:1 + nv])
         if not term.stein:
-            exprs += [sp.diff(grads[i], v[j]) for i in range(len(v)) for j in range(i, len(v))]
+            exprs += [term.outputs[1 + nv + i * nv + j] for i in range(nv) for j in range(i, nv)]
     P = canonical_basis(term.P)
     n, kind = term.rule(order)
     body, uses_exp = kernel_loops(exprs, v, P.shape[0], mode == "stein")

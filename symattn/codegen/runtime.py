@@ -5,7 +5,7 @@ cache where the package is read-only) instead of once per model. For one quadrat
     y = Pμ + Σ_y^½ z_q,  x = Pᵀy,  E f = Σ_q w_q f(x_q),
     ∂E f/∂θ_p = ∂μ/∂θ_p · E∇f + ½ ∂Σ/∂θ_p : E∇²f      (Price's theorem),
 
-with z_q the nodes of the tensor rule built from a 1-d rule (``rule_1d``) in the r = P.shape[0]
+with z_q the nodes of the tensor rule built from a 1-d rule (``symbolic.quadrature.rule_1d``) in the r = P.shape[0]
 effective directions and Σ_y^½ the symmetric root (the grid axes are the canonical basis P, as in
 ``symbolic.quadrature``); E∇²f comes from the integrand's second derivatives or, where those hold a
 Dirac mass, from Stein's lemma E∇²f = Pᵀ E[∇_y f ⊗ Σ_y⁻¹(y − μ_y)] P. The generated module's
@@ -18,6 +18,8 @@ import math
 
 import numpy as np
 from numba import njit
+
+from ..symbolic.quadrature import rule_1d  # noqa: F401  (the generated modules' 1-d rules: one definition)
 
 VALUE, HESSIAN, STEIN = 0, 1, 2      # what the integrand outputs: [f] / [f, ∇f, upper ∇²f] / [f, ∇f]
 
@@ -102,16 +104,6 @@ def node_map(P, mu0, mut, cov0, covt, theta):
             for b in range(r):
                 A[i, b] += P[a, i] * root[a, b]
     return A, x0, Wh
-
-
-def rule_1d(n: int, half_width: float, kind: str):
-    """Nodes and weights of the 1-d rule for the standard normal: trapezoidal on |z| ≤ half_width or
-    Gauss–Hermite (``symbolic.quadrature.gauss_rule`` in one dimension)."""
-    if kind == "hermite":
-        x1, w1 = np.polynomial.hermite_e.hermegauss(n)
-        return x1, w1 / np.sqrt(2.0 * np.pi)
-    x1 = np.linspace(-half_width, half_width, n)
-    return x1, np.exp(-0.5 * x1 * x1) / np.sqrt(2.0 * np.pi) * (x1[1] - x1[0])
 
 
 @njit(cache=True)

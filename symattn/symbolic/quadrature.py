@@ -52,6 +52,16 @@ def half_width_for(tol: float) -> float:
 MIN_TRAPEZOID = 9    # below this many nodes per dimension the tensor rule is Gauss–Hermite
 
 
+def rule_1d(n: int, half_width: float = HALF_WIDTH, kind: str = "trapezoid"):
+    """Nodes and weights of the 1-d rule for the standard normal (``gauss_rule`` in one dimension; the
+    generated modules build their tensor rules from it)."""
+    if kind == "hermite":
+        x, w = np.polynomial.hermite_e.hermegauss(n)
+        return x, w / np.sqrt(2 * np.pi)
+    x = np.linspace(-half_width, half_width, n)
+    return x, np.exp(-0.5 * x**2) / np.sqrt(2 * np.pi) * (x[1] - x[0])
+
+
 @cache
 def gauss_rule(n: int, r: int, half_width: float = HALF_WIDTH, kind: str = "trapezoid"):
     """Nodes (N×r) and weights (N) of the n^r tensor rule for the standard normal.
@@ -61,12 +71,7 @@ def gauss_rule(n: int, r: int, half_width: float = HALF_WIDTH, kind: str = "trap
     softmax terms. ``kind="hermite"``: Gauss–Hermite, used when a term has so many effective
     dimensions that only a few nodes per dimension fit (exact for polynomials of degree < 2n).
     """
-    if kind == "hermite":
-        x, w = np.polynomial.hermite_e.hermegauss(n)
-        w = w / np.sqrt(2 * np.pi)
-    else:
-        x = np.linspace(-half_width, half_width, n)
-        w = np.exp(-0.5 * x**2) / np.sqrt(2 * np.pi) * (x[1] - x[0])
+    x, w = rule_1d(n, half_width, kind)
     grids = np.meshgrid(*([x] * r), indexing="ij")
     wgrids = np.meshgrid(*([w] * r), indexing="ij")
     nodes = np.stack([g.ravel() for g in grids], axis=1)
@@ -137,12 +142,12 @@ class QuadTerm(PicklesWithoutCaches):
         if self.P is None:
             self.P = canonical_basis(invariant_projection(self.expr, v))
         self.stein = False
-        self._outs = [self.expr]
+        self.outputs = [self.expr]          # [f, ∇f, ∇²f row-major (unless Stein's lemma)]: ``_fn``, codegen
         if self.gradient:
             grads = [sp.diff(self.expr, a) for a in v]
             hess = [[sp.diff(g, b) for b in v] for g in grads]
             self.stein = any(h.has(sp.DiracDelta) for row in hess for h in row)
-            self._outs += grads + ([] if self.stein else [h for row in hess for h in row])
+            self.outputs += grads + ([] if self.stein else [h for row in hess for h in row])
 
     TRANSIENT = ("_fn_cache",)
 
@@ -152,7 +157,7 @@ class QuadTerm(PicklesWithoutCaches):
         fn = self.__dict__.get("_fn_cache")
         if fn is None:
             mods = [{"Heaviside": lambda x, h0=0.5: np.heaviside(x, h0)}, "numpy"]
-            fn = self._fn_cache = sp.lambdify([self.variables], self._outs, modules=mods, cse=True)
+            fn = self._fn_cache = sp.lambdify([self.variables], self.outputs, modules=mods, cse=True)
         return fn
 
     @property
