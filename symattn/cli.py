@@ -309,6 +309,22 @@ def cmd_collect(args):
     print(f"wrote {args.out} ({len(next(iter(table.values())))} rows)")
 
 
+def cmd_residual(args):
+    from .architecture.compare import compare_residual
+    from .files import make_output_dir
+    if args.set:
+        raise UsageError("--set: not available for residual specs; edit the file")
+    if args.dim is None or args.dim < 2:
+        raise UsageError(f"--dim {args.dim}: a dimension d >= 2 is required")
+    out = make_output_dir(args.out, "--out")
+    res = compare_residual(args.spec, args.dim, seeds=args.seeds, time=args.time, points=args.points)
+    _write_table(res["theory"], str(out / "theory.csv"))
+    _write_table(res["simulation"], str(out / "simulation.csv"))
+    worst = max(res["max_abs_dev"], key=res["max_abs_dev"].get)
+    print(f"max |SGD − theory| over {len(res['max_abs_dev'])} columns and seeds {res['seeds']}: "
+          f"{res['max_abs_dev'][worst]:.4g} ({worst})")
+
+
 def cmd_examples(args):
     from .examples import example_names, example_path
     for name in example_names():
@@ -453,6 +469,15 @@ def build_parser():
     q.add_argument("--out", required=True, help="table file: .csv, or .nc (netCDF, needs xarray)")
     q.add_argument("--per-seed", action="store_true", help="one row per task and time instead of seed means")
     q.set_defaults(func=cmd_collect)
+
+    q = command("residual", "residual attention with value matrices: matrix-level theory against SGD on the recursion")
+    _spec_arg(q)
+    q.add_argument("--dim", type=int, default=None, metavar="D", help="embedding dimension d (required)")
+    q.add_argument("--seeds", type=int, default=2, metavar="S", help="number of seeds")
+    q.add_argument("--time", type=float, default=0.2, metavar="T", help="final package time nα/d")
+    q.add_argument("--points", type=int, default=11, metavar="N", help="measurement times on [0, T] (>= 2)")
+    q.add_argument("--out", default="residual_out", help="output folder (theory.csv, simulation.csv)")
+    q.set_defaults(func=cmd_residual)
 
     q = command("examples", "list the example specs shipped with the package")
     q.set_defaults(func=cmd_examples)

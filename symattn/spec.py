@@ -301,9 +301,10 @@ def _covariance(src, value, L):
     return C
 
 
-def _index(src, n, raw, seen):
-    key = f"indices[{n}]"
-    raw = _table(src, key, raw, _INDEX_KEYS)
+def _index(src, n, raw, seen, key=None, keys=_INDEX_KEYS):
+    """One validated :class:`Index` from its table (``key``: its place in the file for messages)."""
+    key = key or f"indices[{n}]"
+    raw = _table(src, key, raw, keys)
     name = raw.get("name")
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", name or ""):
         _fail(src, f"{key}.name", f"expected an alphanumeric name starting with a letter, got {name!r}")
@@ -421,6 +422,9 @@ def load_spec(source, settings=None) -> Spec:
             raw = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise SpecError(f"{src}: malformed TOML ({exc})") from None
+    if isinstance(raw, dict) and "student" in raw and "indices" not in raw:
+        _fail(src, "student", "a residual-attention spec (student/teacher networks): run it with "
+                              "`symattn residual` or symattn.architecture (docs/interface.md)")
     raw = _table(src, "", raw, _TOP_KEYS)
     if settings:
         raw = apply_settings(raw, settings, src)

@@ -122,6 +122,18 @@ class Kind:
         """("f", L, R) with S = L Rᵀ, ("d", S, None) dense, or ("i", c, None) for c·I."""
         raise NotImplementedError
 
+    def matrix(self, s: dict):
+        """The d×d matrix S of a state (formed densely: the residual model's words need it)."""
+        f, a, b = self.form(s)
+        if f == "f":
+            return a @ transpose(b)
+        return s["S"] if f == "i" else a
+
+    def pullback(self, s: dict, dS) -> dict:
+        """∂Φ/∂(each factor) from D = ∂Φ/∂S (S's entries taken as independent), projected onto the
+        kind's parameter set (docs/theory.md §10)."""
+        raise NotImplementedError
+
     def index_columns(self, name: str) -> list:
         """Extra per-index CSV columns (docs/interface.md)."""
         return []

@@ -48,6 +48,10 @@ class Dense(Kind):
     def norm_bound(self, sqnorms):
         return sqnorms[0]
 
+    def pullback(self, s, dS):
+        """S trained as it is: D projected (direct: symmetrised)."""
+        return {"S": self._project(dS)}
+
     def form(self, s):
         return "d", s["S"], None
 

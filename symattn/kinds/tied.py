@@ -60,6 +60,10 @@ class Tied(Kind):
     def norm_bound(self, sqnorms):
         return sqnorms[0] ** 2
 
+    def pullback(self, s, dS):
+        """S = WWᵀ: ∂/∂W = (D + Dᵀ) W."""
+        return {"W": (dS + transpose(dS)) @ s["W"]}
+
     def form(self, s):
         return "f", s["W"], s["W"]
 

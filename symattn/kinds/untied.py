@@ -76,6 +76,10 @@ class Untied(Kind):
     def norm_bound(self, sqnorms):
         return sqnorms[0] * sqnorms[1]
 
+    def pullback(self, s, dS):
+        """S = UVᵀ: ∂/∂U = D V, ∂/∂V = Dᵀ U."""
+        return {"U": dS @ s["V"], "V": transpose(dS) @ s["U"]}
+
     def form(self, s):
         return "f", s["U"], s["V"]
 
