@@ -8,13 +8,15 @@
    parameter, τ ≤ 0.2, d = 100, 200 (and 400 unless --quick), 3 seeds, at ε = 0.05 and ε = 0.01 (the O(ε) SGD-noise
    correction, absent from the flow, sets a floor under the finite-d gap).
 3. The N → ∞ theory (N = 400 and 200, Richardson, 4 draws) against the seed mean at d = 200.
-Run: ``OPENBLAS_NUM_THREADS=1 python benchmarks/residual_agreement.py [--quick]`` (state the machine load)."""
+Run: ``OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/residual_agreement.py [--quick] [--skip-phi]``
+(state the machine load; torch's threads oversubscribe a shared machine otherwise)."""
 import math
 import os
 import sys
 import time
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
@@ -66,7 +68,8 @@ if __name__ == "__main__":
     if "--scan" in sys.argv:
         phi_vs_real(u, spec, dims=(12, 25, 50, 100, 200), samples=400_000)
         sys.exit(0)
-    phi_vs_real(u, spec, samples=100_000 if quick else 400_000)
+    if "--skip-phi" not in sys.argv:
+        phi_vs_real(u, spec, samples=100_000 if quick else 400_000)
     lim = GaussianLimit(u, points=2**14, replicas=4)
     for eps in (0.05, 0.01):
         for d in ((100, 200) if quick or eps == 0.01 else (100, 200, 400)):

@@ -34,7 +34,8 @@ def _right(H, M):
 def _softmax(A, beta):
     if _is_torch(A):
         return (beta * A).softmax(dim=-1)
-    E = np.exp(beta * (A - A.max(axis=-1, keepdims=True)) if beta >= 0 else beta * (A - A.min(axis=-1, keepdims=True)))
+    Z = beta * A
+    E = np.exp(Z - Z.max(axis=-1, keepdims=True))
     return E / E.sum(axis=-1, keepdims=True)
 
 
@@ -54,15 +55,14 @@ def matrices(spec: ResidualSpec, states: dict) -> dict:
 
 
 def _activation_fn(spec: ResidualSpec, torch_backend: bool):
-    if spec.activation == "softmax":
+    from ..spec import Z
+    from .unroll import elementwise_activation
+    F = elementwise_activation(spec)
+    if F is None:
         return lambda A: _softmax(A, spec.beta)
-    from ..spec import activation_expr, activation_sympy
-    z = sp.Symbol("z")
-    F = activation_expr(spec.activation)
-    F = activation_sympy(spec.activation) if F is None else F
     if torch_backend:
         F = sp.nfloat(F, n=17, exponent=False)
-    return sp.lambdify(z, F, modules="torch" if torch_backend else "numpy")
+    return sp.lambdify(Z, F, modules="torch" if torch_backend else "numpy")
 
 
 def forward(spec: ResidualSpec, net: Network, mats: dict, X):

@@ -91,7 +91,8 @@ def simulate_residual(spec, dim: int, time: float, points: int = 11, seeds=(0,),
         for s in ts.values():
             for t in s.values():
                 t.data = t.data.to(device)
-        gen = torch.Generator(device=device).manual_seed(10_000 + int(seed))
+        gen = torch.Generator(device=device).manual_seed(10_000 + int(seed))        # batches
+        gen_test = torch.Generator(device=device).manual_seed(20_000 + int(seed))   # test samples: own stream
         step, acc, nacc = 0, 0.0, 0
         for ti, mark in enumerate(marks):
             while step < mark:
@@ -108,7 +109,7 @@ def simulate_residual(spec, dim: int, time: float, points: int = 11, seeds=(0,),
                 out[c][si, ti] = v
             if test_samples:
                 with torch.no_grad():
-                    X = torch.randn((int(test_samples), L, dim), generator=gen, dtype=tdtype, device=device)
+                    X = torch.randn((int(test_samples), L, dim), generator=gen_test, dtype=tdtype, device=device)
                     tm = matrices(spec, ts)
                     lt = batch_loss(spec, tm, X).mean().item() + 0.5 * L * L * spec.label_noise
                 out["loss"][si, ti] = lt

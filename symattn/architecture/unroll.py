@@ -131,14 +131,21 @@ def _softmax_rows(A, beta, prog: Program):
     return out
 
 
-def _activation(spec: ResidualSpec, A, prog: Program):
+def elementwise_activation(spec: ResidualSpec):
+    """F(z) of an element-wise readout as a SymPy expression in ``z`` (None for the softmax)."""
     if spec.activation == "softmax":
-        return _softmax_rows(A, spec.beta, prog)
+        return None
     from ..spec import activation_expr, activation_sympy
     F = activation_expr(spec.activation)
-    F = activation_sympy(spec.activation) if F is None else F
-    z = sp.Symbol("z")
-    return A.applyfunc(lambda a: prog.let(F.subs(z, a), "y"))
+    return activation_sympy(spec.activation) if F is None else F
+
+
+def _activation(spec: ResidualSpec, A, prog: Program):
+    F = elementwise_activation(spec)
+    if F is None:
+        return _softmax_rows(A, spec.beta, prog)
+    from ..spec import Z
+    return A.applyfunc(lambda a: prog.let(F.subs(Z, a), "y"))
 
 
 @dataclass
