@@ -87,12 +87,15 @@ def program_code(unrolled: Unrolled, name: str = "point") -> str:
     return "\n".join(lines) + "\n"
 
 
-def compiled_loss_gradient(unrolled: Unrolled):
+def compiled_loss_gradient(unrolled: Unrolled, jit: bool = True):
     """A compiled batch(g[n, P], out[n, 1 + P]) writing (𝓛, ∂𝓛/∂g) per row (``program_code``), loaded
-    through the verified cache (``codegen.load``)."""
+    through the verified cache (``codegen.load``). ``jit=False``: the same source run by Python (no Numba
+    compilation; for a few rows)."""
     from ..codegen.load import _cached
-    src = "import math\nimport numpy as np\nfrom numba import njit\n\n\n" + program_code(unrolled) + "\n" + _BATCH
-    return _cached("a", src).batch
+    head = ("from numba import njit" if jit else
+            "def njit(*args, **kwargs):\n    return lambda f: f")
+    src = f"import math\nimport numpy as np\n{head}\n\n\n" + program_code(unrolled) + "\n" + _BATCH
+    return _cached("a" if jit else "ap", src).batch
 
 
 class GaussianLimit:
