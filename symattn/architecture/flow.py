@@ -55,7 +55,10 @@ class _Flow:
         states, words, theta = self.observe(y)
         if not np.all(np.isfinite(theta)):
             raise NumericalFailure("matrix-level flow: non-finite order parameters", float(t))
-        _, g = self.lim.phi_and_grad(theta)
+        try:
+            _, g = self.lim.phi_and_grad(theta)
+        except NumericalFailure as exc:
+            raise NumericalFailure(f"matrix-level flow: {exc}", float(t)) from None
         gm = self.u.word_pullback(matrices(self.spec, states), self.lim.word_gradients(words, g, self.N))
         vel = []
         for n, f in self.keys:
