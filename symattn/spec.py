@@ -391,6 +391,33 @@ def apply_settings(raw: dict, settings, src: str = "<dict>") -> dict:
     return raw
 
 
+def read_raw(source) -> tuple:
+    """(raw table, source label) of a spec: a dict as it is, else a TOML path or a shipped example's name,
+    read and parsed with one-line SpecErrors (unreadable, too large, not UTF-8, malformed TOML)."""
+    if isinstance(source, dict):
+        return source, "<dict>"
+    src = str(source)
+    if not Path(source).exists():
+        from .examples import example_path
+        shipped = example_path(src)
+        source = shipped if shipped is not None else source
+    try:
+        data = Path(source).read_bytes()
+    except OSError as exc:
+        raise SpecError(f"{src}: cannot read file ({exc.strerror or exc})") from None
+    if len(data) > 1_000_000:
+        raise SpecError(f"{src}: file too large for a spec ({len(data)} bytes)")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SpecError(f"{src}: not a UTF-8 text file (a spec is TOML text)") from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{src}: malformed TOML ({exc})") from None
+    return raw, src
+
+
 def load_spec(source, settings=None) -> Spec:
     """Read and validate a spec from a TOML path (or a shipped example's name), a dict or a Spec.
 
@@ -400,28 +427,7 @@ def load_spec(source, settings=None) -> Spec:
         if not settings:
             return source
         return load_spec(source.raw, settings)
-    if isinstance(source, dict):
-        raw, src = source, "<dict>"
-    else:
-        src = str(source)
-        if not Path(source).exists():
-            from .examples import example_path
-            shipped = example_path(src)
-            source = shipped if shipped is not None else source
-        try:
-            data = Path(source).read_bytes()
-        except OSError as exc:
-            raise SpecError(f"{src}: cannot read file ({exc.strerror or exc})") from None
-        if len(data) > 1_000_000:
-            raise SpecError(f"{src}: file too large for a spec ({len(data)} bytes)")
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            raise SpecError(f"{src}: not a UTF-8 text file (a spec is TOML text)") from None
-        try:
-            raw = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise SpecError(f"{src}: malformed TOML ({exc})") from None
+    raw, src = read_raw(source)
     if isinstance(raw, dict) and "student" in raw and "indices" not in raw:
         _fail(src, "student", "a residual-attention spec (student/teacher networks): run it with "
                               "`symattn residual` or symattn.architecture (docs/interface.md)")

@@ -12,13 +12,23 @@ from __future__ import annotations
 
 import copy
 import re
-import tomllib
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from ..errors import SpecError
 from ..kinds import KINDS
-from ..spec import MAX_BATCH, MAX_BETA, MAX_SCALE, MAX_TOKENS, Index, _check_activation, _fail, _index, _number, _table
+from ..spec import (
+    MAX_BATCH,
+    MAX_BETA,
+    MAX_SCALE,
+    MAX_TOKENS,
+    Index,
+    _check_activation,
+    _fail,
+    _index,
+    _number,
+    _table,
+    read_raw,
+)
 
 _TOP_KEYS = {"name", "model", "student", "teacher", "training"}
 _MODEL_KEYS = {"tokens", "activation", "beta", "label_noise"}
@@ -140,20 +150,7 @@ def load_residual(source) -> ResidualSpec:
     """Read and validate a residual-attention spec from a TOML path, a shipped example's name or a dict."""
     if isinstance(source, ResidualSpec):
         return source
-    if isinstance(source, dict):
-        raw, src = source, "<dict>"
-    else:
-        src = str(source)
-        path = Path(source)
-        if not path.exists():
-            from ..examples import example_path
-            path = example_path(src) or path
-        try:
-            raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise SpecError(f"{src}: cannot read file ({exc.strerror or exc})") from None
-        except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-            raise SpecError(f"{src}: malformed TOML ({exc})") from None
+    raw, src = read_raw(source)
     raw = _table(src, "", raw, _TOP_KEYS)
     name = raw.get("name")
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_\-]+", name or ""):
@@ -194,12 +191,8 @@ def is_residual(source) -> bool:
     if isinstance(source, dict):
         return "student" in source
     try:
-        path = Path(source)
-        if not path.exists():
-            from ..examples import example_path
-            path = example_path(str(source)) or path
-        return "student" in tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return "student" in read_raw(source)[0]
+    except SpecError:
         return False
 
 
