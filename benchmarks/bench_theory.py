@@ -29,6 +29,7 @@ import numpy as np
 import sympy as sp
 
 from symattn import load_spec, simulate
+from symattn import reference as R
 from symattn.codegen.systems import compiled, source
 from symattn.derivation import derive
 from symattn.integration import integrate
@@ -113,8 +114,8 @@ def bench_rhs(Ms, repeat=2000):
     for M in Ms:
         system = derive(spec, M)
         mod = compiled(system)
-        y = system.initial("free")
-        params = system.params(spec.epsilon(), y)
+        y = R.initial(system, "free")
+        params = R.params(system, spec.epsilon(), y)
         f_sym, t_build = timed(sympy_rhs, system, spec.epsilon())
         a, b = np.asarray(mod.rhs(0.0, y, params)), f_sym(0.0, y)
         err = float(np.max(np.abs(a - b)) / (1 + np.max(np.abs(a))))

@@ -34,6 +34,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import symattn
+from symattn import reference as R
 from symattn.derivation import derive
 from symattn.notebook import QUICK, Notebook, reading
 
@@ -129,11 +130,11 @@ for act, L in ACTS:
     ds = tied_spec(act, L, name=f"land_direct_{act}")
     ds["indices"][0] = {"name": "student", "role": "student", "parameterization": "direct", "init_scale": 0.5}
     sd = derive(ds, truncation=2)
-    mu = sd.initial("free")
-    r = sd.rhs(0.0, mu, sd.params(0.0))
+    mu = R.initial(sd, "free")
+    r = R.rhs(sd, 0.0, mu, R.params(sd, 0.0))
     st = derive(tied_spec(act, L), truncation=3)
-    mt = st.initial("free")
-    rt = st.rhs(0.0, mt, st.params(0.0))
+    mt = R.initial(st, "free")
+    rt = R.rhs(st, 0.0, mt, R.params(st, 0.0))
     i_t1, i_q12, i_t2 = st.index(((0, "S"),)), st.index(((0, "S"), (1, "S"))), st.index(((1, "S"),))
     dp12 = rt[i_q12] - rt[i_t1] * mt[i_t2]          # teacher frozen
     th = mt[st.theta_words]

@@ -49,7 +49,7 @@ nb = Notebook("05_untied_fast_slow")
 savefig = nb.savefig
 
 # %%
-from symattn.derivation.untied import fast_phase
+from symattn.reference import fast_phase
 
 D = 30 if QUICK else 100
 SEEDS = [0] if QUICK else [0, 1]
@@ -80,23 +80,25 @@ from types import SimpleNamespace
 
 from scipy.integrate import solve_ivp
 
+from symattn import reference as R
+
 
 def slow_theory(system, seed):
     """The slow untied hierarchy from seed's sampled moments (means relaxed by the fast phase), ε = 0.
 
-    Integrated with SciPy on the system's reference right-hand side ``system.rhs`` (what
+    Integrated with SciPy on the reference right-hand side ``reference.rhs`` (what
     ``symattn.integrate`` does with the compiled module; the pure-Python path avoids one Numba
     compilation per activation on this loaded machine). Stops where the zero truncation blows up."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        y0 = system.initial("sample", dim=D, seed=seed)
+        y0 = R.initial(system, "sample", dim=D, seed=seed)
 
     def blowup(t, y, p):
         return 1e6 - np.max(np.abs(y)) if np.all(np.isfinite(y)) else -1.0
     blowup.terminal = True
-    sol = solve_ivp(system.rhs, (0.0, T), y0, t_eval=np.linspace(0.0, T, 61), args=(system.params(0.0),),
+    sol = solve_ivp(lambda t, y, p: R.rhs(system, t, y, p), (0.0, T), y0, t_eval=np.linspace(0.0, T, 61), args=(R.params(system, 0.0),),
                     method="DOP853", rtol=1e-8, atol=1e-10, events=blowup)
-    tab = {"time": sol.t, **system.observables(sol.y.T)}
+    tab = {"time": sol.t, **R.observables(system, sol.y.T)}
     # the zero truncation is not positivity preserving: stop where Tr(M Mᵀ)/d < 0 or |overlap| > 1 (breakdown)
     bad = np.nonzero((tab["q1_student_student"] < 0) | ~(np.abs(tab["overlap_student_teacher"]) <= 1))[0]
     broke = float(tab["time"][bad[0]]) if bad.size else None
@@ -120,7 +122,7 @@ for act in ACTS:
             print(f"        seed {s}: SGD DIVERGED at τ = {exc.time:.4g} (left out)")
             continue
         t2 = time.time()
-        fp = fast_phase(spec, time=20.0, points=81, init="sample", dim=D, seed=s, system=system)
+        fp = fast_phase(system, time=20.0, points=81, init="sample", dim=D, seed=s)
         th = slow_theory(system, s)
         sim = SimpleNamespace(table={c: one.per_seed[c][0] for c in one.per_seed}, alpha=one.alpha)
         res[act, s] = (fp, th, sim)
@@ -173,12 +175,12 @@ for act in ACTS:
     for label, s in [("free", None)] + [(f"seed {s}", s) for s in OK[act]]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            y = system.initial("free") if s is None else system.initial("sample", dim=D, seed=s)
-        th = system.solve_means(y[system.theta_words])
+            y = R.initial(system, "free") if s is None else R.initial(system, "sample", dim=D, seed=s)
+        th = R.theta(system, y)
         val = dict(zip(names, th))
         g = system.potential.value_and_gradient(th)[1]
         g12 = g[names.index("q1_student_teacher")]
-        rate = system.rhs(0.0, y, system.params(0.0))[system.index(((0, "S"), (1, "T")))]
+        rate = R.rhs(system, 0.0, y, R.params(system, 0.0))[system.index(((0, "S"), (1, "T")))]
         sim_rate = ""
         g12s[act, label] = g12
         if s is not None:

@@ -149,7 +149,7 @@ def cmd_theory(args):
     spec = _load(args)
     _theory_checks(args)
     if args.fast:
-        from .derivation.untied import fast_phase
+        from .reference import fast_phase
         if not any(spec.indices[k].kind.fast_phase for k in spec.students):
             raise UsageError("--fast: the fast phase exists only for untied students (docs/theory.md §6)")
         result = fast_phase(spec, time=args.time, points=args.points, init=args.init, dim=args.dim, seed=args.seed)

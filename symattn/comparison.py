@@ -151,7 +151,7 @@ def theory_for(spec, time, points, truncation, init, dim, noise, method, size, s
     runs = [integrate(system, time=time, points=max(points, 101), init=init, dim=dim, seed=s, epsilon=eps)
             for s in starts]
     extra = {}
-    if eps > 0 and getattr(system, "supports_noise", False):
+    if eps > 0 and system.supports_noise:
         extra["theory ε→0"] = _seed_mean([integrate(system, time=time, points=max(points, 101), init=init, dim=dim,
                                                     seed=s, epsilon=0.0, check_truncation=False) for s in starts])
     info = {"method": "moments", **runs[0].summary()}

@@ -88,11 +88,13 @@ def solve(system, y0, time: float, points: int, epsilon: float = 0.0, rtol=None,
     rtol = rtol or (1e-7 if quad else 1e-9)
     atol = atol or (1e-9 if quad else 1e-12)
     from .codegen.systems import compiled
+    from .reference import params as run_params
     mod = compiled(system)
     refresh = bool(epsilon) and hasattr(mod, "noise_values")
     y0 = np.asarray(y0, dtype=float)
     s2 = system.potential.label_noise
-    params = system.params(epsilon, values=mod.noise_values(y0, s2)) if refresh else system.params(epsilon, y0)
+    params = run_params(system, epsilon, values=mod.noise_values(y0, s2)) if refresh else \
+        run_params(system, epsilon, y0)
     t_eval = time_grid(time, points, log_time)
     last = [None, params]
 
@@ -103,7 +105,7 @@ def solve(system, y0, time: float, points: int, epsilon: float = 0.0, rtol=None,
             return params
         th = y[system.theta_words]
         if last[0] is None or np.max(np.abs(th - last[0])) > 1e-2 * (1.0 + np.max(np.abs(last[0]))):
-            last[0], last[1] = th.copy(), system.params(epsilon, values=mod.noise_values(y, s2))
+            last[0], last[1] = th.copy(), run_params(system, epsilon, values=mod.noise_values(y, s2))
         return last[1]
 
     def blowup(t, y, p):
@@ -138,10 +140,10 @@ def solve(system, y0, time: float, points: int, epsilon: float = 0.0, rtol=None,
 def retruncated(system, M: int):
     """``system`` at truncation M (the truncation check): once per system object, from the store of
     derived systems where it was derived before."""
-    from .derivation import store
+    from .derivation import retruncate, store
     cache = system.__dict__.setdefault("_retruncated", {})
     if M not in cache:
-        cache[M] = store.cached(system.spec, M, system.potential.tol, lambda: system.retruncate(M))
+        cache[M] = store.cached(system.spec, M, system.potential.tol, lambda: retruncate(system, M))
     return cache[M]
 
 
@@ -163,22 +165,23 @@ def integrate(system, time: float = 1.0, points: int = 51, init="free", dim: int
     time where observables differ by more than gap_tol·(1 + |value|) is reported. ``log_time``:
     log-spaced output times (``time_grid``).
     """
+    from .reference import initial, observables, restrict
     spec = system.spec
     if epsilon is None:
-        epsilon = spec.epsilon(dim) if getattr(system, "supports_noise", False) else 0.0
-    y0 = system.initial(init, dim=dim, seed=seed)
+        epsilon = spec.epsilon(dim) if system.supports_noise else 0.0
+    y0 = initial(system, init, dim=dim, seed=seed)
     t, Y, diverged = solve(system, y0, time, points, epsilon, log_time=log_time)
-    table = {"time": t, **system.observables(Y, phi=compiled_phi(system))}
+    table = {"time": t, **observables(system, Y, phi=compiled_phi(system))}
     res = TheoryResult(table, system.truncation, epsilon, diverged_at=diverged, gap_tol=gap_tol)
     if diverged is not None:
         warnings.warn(f"theory (M={system.truncation}) diverged at time {diverged:.4g}; "
                       f"rows after it are omitted (the truncation is invalid there)", RuntimeWarning, stacklevel=2)
     lower = system.truncation - 2
-    if check_truncation and lower >= 2 and getattr(system, "can_truncate", True):
+    if check_truncation and lower >= 2:
         other = retruncated(system, lower)
-        y1 = other.initial(init, dim=dim, seed=seed)
+        y1 = initial(other, init, dim=dim, seed=seed) if isinstance(init, str) else restrict(system, y0, other)
         t1, Y1, _ = solve(other, y1, time, points, epsilon, log_time=log_time)
-        obs1 = other.observables(Y1, loss=False)                     # the loss is not compared
+        obs1 = observables(other, Y1, loss=False)                     # the loss is not compared
         n = min(len(t1), len(t))
         gap = np.zeros(len(t))
         gap[n:] = np.inf

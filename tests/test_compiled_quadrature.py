@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 import sympy as sp
 
+from symattn import reference as R
 from symattn.codegen import runtime
 from symattn.codegen.emit import exp_as_powers
 from symattn.codegen.systems import compiled
-from symattn.derivation import derive, store
+from symattn.derivation import derive, retruncate, store
 from symattn.spec import load_spec
 
 TOL = 1e-10
@@ -44,11 +45,11 @@ def test_compiled_phi_gradient_and_nu_equal_the_reference(case):
     mod = compiled(system)
     assert system.potential.quad_terms, "the case must exercise the quadrature"
     rng = np.random.default_rng(3)
-    y0 = system.initial("free")
+    y0 = R.initial(system, "free")
     for trial in range(3):
         y = y0 if trial == 0 else y0 * (1 + 0.1 * rng.standard_normal(y0.shape))
         y[0] = 1.0
-        theta = np.ascontiguousarray(system.theta_of(y))
+        theta = np.ascontiguousarray(R.theta(system, y))
         val, grad = mod.phi_and_grad(theta, system.potential.label_noise)
         ref_val, ref_grad = system.potential.value_and_gradient(theta)
         scale = 1.0 + abs(ref_val) + np.max(np.abs(ref_grad))
@@ -57,7 +58,7 @@ def test_compiled_phi_gradient_and_nu_equal_the_reference(case):
         gtol = 10 * system.potential.error if kinked else TOL * scale
         assert np.max(np.abs(grad - ref_grad)) <= gtol, (case, grad, ref_grad)
         if hasattr(mod, "noise_values"):
-            ref_nu = system.params(0.01, y)[3:]
+            ref_nu = R.params(system, 0.01, y)[3:]
             assert np.allclose(mod.noise_values(y, system.potential.label_noise), ref_nu, rtol=TOL, atol=TOL), case
 
 
@@ -108,8 +109,8 @@ def test_store_returns_the_derived_system_with_the_callers_training_parameters(t
     second = derive(other, 4)
     assert second is not first and second.spec.noise_ratio == 0.2
     assert second._source == first._source
-    mu = first.initial("free")
-    assert np.array_equal(compiled(second).rhs(0.0, mu, second.params(0.2)), compiled(first).rhs(0.0, mu, first.params(0.2)))
+    mu = R.initial(first, "free")
+    assert np.array_equal(compiled(second).rhs(0.0, mu, R.params(second, 0.2)), compiled(first).rhs(0.0, mu, R.params(first, 0.2)))
     files[0].write_bytes(files[0].read_bytes()[:-10])       # torn
     assert store.load(other, store.key(other, 4, 1e-8)) is None
     third = derive(other, 4)
@@ -127,7 +128,7 @@ def test_truncations_share_one_verified_kernel_file(tmp_path, monkeypatch):
     for name in [n for n in sys.modules if n.startswith("symattn_generated_")]:
         monkeypatch.delitem(sys.modules, name)              # loaded by earlier tests: load anew here
     system = derive(CASES["softmax_beta2"], 4)
-    lower = system.retruncate(2)
+    lower = retruncate(system, 2)
     a, b = compiled(system), compiled(lower)
     kernels = list(tmp_path.rglob("k_*.py"))
     assert len(kernels) == 1 and len(list(tmp_path.rglob("m_*.py"))) == 2
@@ -138,8 +139,8 @@ def test_truncations_share_one_verified_kernel_file(tmp_path, monkeypatch):
         monkeypatch.delitem(sys.modules, name)
     mod = cached_module(source(lower))
     assert not marker.exists() and hasattr(mod, "rhs")
-    mu = lower.initial("free")
-    assert np.array_equal(mod.rhs(0.0, mu, lower.params(0.0)), b.rhs(0.0, mu, lower.params(0.0)))
+    mu = R.initial(lower, "free")
+    assert np.array_equal(mod.rhs(0.0, mu, R.params(lower, 0.0)), b.rhs(0.0, mu, R.params(lower, 0.0)))
 
 
 def test_label_noise_variance_is_a_run_time_parameter():
@@ -150,14 +151,14 @@ def test_label_noise_variance_is_a_run_time_parameter():
     a, b = derive(spec("softmax", label_noise=0.1), 2), derive(spec("softmax", label_noise=0.4), 2)
     assert source(a) == source(b)
     mod = compiled(a)
-    y = a.initial("free")
+    y = R.initial(a, "free")
     got = []
     for system in (a, b):
-        p = system.params(0.05, y)
-        ref, out = system.rhs(0.0, y, p), mod.rhs(0.0, y, p)
+        p = R.params(system, 0.05, y)
+        ref, out = R.rhs(system, 0.0, y, p), mod.rhs(0.0, y, p)
         assert np.allclose(out, ref, rtol=1e-9, atol=1e-9 * (1 + np.abs(ref).max()))
         got.append(out)
     assert np.max(np.abs(got[0] - got[1])) > 1e-6
     # Φ's label-noise part is the constant ½ L² s² (one ξ per output entry, E ξ² = s²)
-    th = np.ascontiguousarray(a.theta_of(y))
+    th = np.ascontiguousarray(R.theta(a, y))
     assert abs(mod.phi_and_grad(th, 0.4)[0] - mod.phi_and_grad(th, 0.1)[0] - 0.5 * 4 * 0.3) < 1e-12

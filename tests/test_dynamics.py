@@ -28,6 +28,7 @@ import numpy as np
 import pytest
 
 from symattn import load_spec
+from symattn import reference as R
 from symattn.codegen.systems import compiled
 from symattn.derivation import derive
 from symattn.integration import integrate
@@ -175,8 +176,8 @@ def test_weak_recovery_identity(name):
     spec = load_spec(EXAMPLES / f"{name}.toml")
     system = derive(spec, 4)
     mod = compiled(system)
-    mu = system.initial("free")
-    params = system.params(0.0)
+    mu = R.initial(system, "free")
+    params = R.params(system, 0.0)
     dmu = np.asarray(mod.rhs(0.0, mu, params))
     i1, i2 = system.index(((0, "S"),)), system.index(((1, "S"),))
     i12, i22 = system.index(((0, "S"), (1, "S"))), system.index(((1, "S"), (1, "S")))

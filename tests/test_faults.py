@@ -342,8 +342,11 @@ def test_version_and_help_show_defaults(capsys):
 # ---------------------------------------------------------------------------- real processes
 def _cli(args, cwd, env=None, **kw):
     e = dict(os.environ, OPENBLAS_NUM_THREADS="1", **(env or {}))
+    # Ctrl-C restored to its default in the child: a shell's background job (or a runner) may start
+    # the tests with SIGINT ignored, and Python then installs no KeyboardInterrupt handler
     return subprocess.Popen([sys.executable, "-m", "symattn", *map(str, args)], cwd=cwd, env=e,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), **kw)
 
 
 def _wait_for(proc, needle, timeout=120):

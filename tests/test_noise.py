@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from symattn import load_spec
+from symattn import reference as R
 from symattn.derivation import derive
 from symattn.integration import integrate
 from symattn.simulation import Model, draw_initial, simulate
@@ -103,8 +104,8 @@ def one_step_noise(spec, d, seeds=3, batches=150):
                 moved.append(_moments(spec, new, d))
             for c in m0:
                 even[c].append(((moved[0][c] + moved[1][c]) / 2 - m0[c]) * d / alpha)
-        y0 = system.initial("sample", dim=d, seed=s)
-        r = system.rhs(0, y0, system.params(eps, y0)) - system.rhs(0, y0, system.params(0.0))
+        y0 = R.initial(system, "sample", dim=d, seed=s)
+        r = R.rhs(system, 0, y0, R.params(system, eps, y0)) - R.rhs(system, 0, y0, R.params(system, 0.0))
         for c in m0:
             parts = c.split("_")
             k = [spec.names.index(p) for p in parts[1:]]
@@ -264,10 +265,10 @@ def test_tied_kappa_equal_initial_slope_is_noise():
     eps = 0.25
     spec = make(B=1, eps=eps, kappa=0.5)
     system = derive(spec, 4)
-    y_free = system.initial("free")
+    y_free = R.initial(system, "free")
     i12 = system.index(((0, "S"), (1, "S")))
-    assert abs(system.rhs(0, y_free, system.params(0.0))[i12]) < 1e-12
-    limit = system.rhs(0, y_free, system.params(eps, y_free))[i12]
+    assert abs(R.rhs(system, 0, y_free, R.params(system, 0.0))[i12]) < 1e-12
+    limit = R.rhs(system, 0, y_free, R.params(system, eps, y_free))[i12]
     assert abs(limit - 2 * eps) < 1e-9              # 4εν μ(S)μ(S*) with ν = 2(q11+q22−2q12) = 2, μ = 1/2
     T, seeds = 0.004, 16
     for d in (100, 200):
@@ -334,7 +335,7 @@ def test_h2_noise_finite_size_slow():
                 G[:, 0, 0, 0], G[:, 0, 0, 1] = (a - trS) / np.sqrt(d), (b - trT) / np.sqrt(d)
                 s = m.loss_grad(G, None)[1][:, 0, 0, 0]
                 acc.append(s**2 * (a * b - 2 * np.einsum("nd,nd->n", X @ SST, X) + trST) / d**2)
-            y0 = system.initial("sample", dim=d, seed=seed)
+            y0 = R.initial(system, "sample", dim=d, seed=seed)
             nu = system.nu["nu_0_0"].value(y0[system.theta_words])
             vals.append(np.concatenate(acc).mean() / (nu * trS / d * trT / d))
         ratios[d] = float(np.mean(vals))

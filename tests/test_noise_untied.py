@@ -34,6 +34,7 @@ import numpy as np
 import pytest
 
 from symattn import load_spec
+from symattn import reference as R
 from symattn.codegen.systems import compiled
 from symattn.derivation import derive
 from symattn.simulation import Model, draw_initial
@@ -97,7 +98,7 @@ def slave_student(system, facs, passes=2):
     shift = 0.0
     for _ in range(passes):
         y = state_of(system, facs)
-        m_star = system.solve_means(y[system.theta_words])[pos]
+        m_star = R.theta(system, y)[pos]
         U, V = facs[k]["U"], facs[k]["V"]
         c = (m_star * np.sqrt(d) - np.sum(U * V)) / np.sum(V * V)
         facs[k]["U"] = U + c * V
@@ -161,9 +162,9 @@ def one_step(spec, d, seeds, batches, family="plain", system=None, control=True)
         y, c = slave_student(system, facs)
         shifts.append(c)
         mod = compiled(system)
-        r = mod.rhs(0, y, system.params(eps, y)) - mod.rhs(0, y, system.params(0.0))
+        r = mod.rhs(0, y, R.params(system, eps, y)) - mod.rhs(0, y, R.params(system, 0.0))
         if s == 0:                                  # generated module == reference implementation
-            ref = system.rhs(0, y, system.params(eps, y)) - system.rhs(0, y, system.params(0.0))
+            ref = R.rhs(system, 0, y, R.params(system, eps, y)) - R.rhs(system, 0, y, R.params(system, 0.0))
             n_mom = system.n_moments
             assert np.allclose(r[:n_mom], ref[:n_mom], rtol=1e-9, atol=1e-12)
         parts = noise_parts(system, y, eps)
@@ -203,13 +204,13 @@ def one_step(spec, d, seeds, batches, family="plain", system=None, control=True)
 
 
 def _nu_values(system, y, eps):
-    coef = system.coefficients(y, system.params(eps, y))
+    coef = R.coefficients(system, y, R.params(system, eps, y))
     return [coef[system.coef_names.index(n)] for n in ("nu1_0_0", "nu2_0_0")]
 
 
 def noise_parts(system, y, eps) -> dict:
     """{coefficient name: {column: its share of the noise term}} at state y (ε ν1 and ε ν2 terms)."""
-    coef = system.coefficients(y, system.params(eps, y))
+    coef = R.coefficients(system, y, R.params(system, eps, y))
     T, out = system.terms, {}
     for name in ("nu1_0_0", "nu2_0_0"):
         key = system.coef_names.index(name)

@@ -706,5 +706,6 @@ def test_separable_cross_terms_equal_the_tensor_rule():
 def _tensor(term, theta, n):
     """The same term on the plain tensor rule (the parent class's expectations)."""
     from symattn.symbolic.quadrature import QuadTerm
+    from symattn.symbolic.quadrature_rule import price_gradient
     Ef, Eg, EH = QuadTerm._expectations(term, theta, n, (n, "trapezoid"))
-    return Ef, term.mu_theta @ Eg + 0.5 * np.einsum("pab,ab->p", term.cov_theta, EH)
+    return Ef, price_gradient(Eg, EH, term.mu_theta, term.cov_theta)      # the fallback's own Price step

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from symattn import load_spec
+from symattn import reference as R
 from symattn.codegen.systems import compiled
 from symattn.derivation import derive
 from symattn.derivation.noise import nu_expectations
@@ -109,7 +110,7 @@ def test_generator_matches_noisy_hierarchy(kind, teacher, act, sigma, N):
     mats = initial_realisation(spec, N, seed=0)
     mu = moments_of(system, mats, N)
     mod = compiled(system)
-    r_eps, r_0 = mod.rhs(0.0, mu, system.params(eps)), mod.rhs(0.0, mu, system.params(0.0))
+    r_eps, r_0 = mod.rhs(0.0, mu, R.params(system, eps)), mod.rhs(0.0, mu, R.params(system, 0.0))
     cols = columns(spec)
 
     flow = _Flow(spec, mats, N, system.potential)

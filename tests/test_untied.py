@@ -6,11 +6,13 @@ import warnings
 import numpy as np
 import pytest
 
+from symattn import reference as R
 from symattn.codegen.systems import compiled
 from symattn.derivation import derive
 from symattn.derivation.potential import Potential
-from symattn.derivation.untied import fast_phase, untied_letter_flows
+from symattn.derivation.untied import untied_coefficient_rules, untied_letter_flows
 from symattn.integration import integrate
+from symattn.reference import fast_phase
 from symattn.spec import load_spec
 from symattn.symbolic.loss import build_loss
 
@@ -82,9 +84,8 @@ def mc_population_gradient(spec, facs, samples, rng, chunk=10000):
 
 def predicted_drifts(spec, facs, P, beta_tilde, gamma, swap=False):
     """Letter drifts of the trainable index from the flows the system uses (actual matrices)."""
-    from symattn.derivation.untied import untied_coef_names
     K = spec.K
-    names = untied_coef_names(K)
+    names = [c.name for c in untied_coefficient_rules(spec, lambda w: 0, [])]
     cidx = {n: i for i, n in enumerate(names)}
     gr = P.gradients(order_parameters(spec, facs, P))
     coef = np.zeros(len(names))
@@ -240,16 +241,16 @@ def test_weak_recovery_identity(activation, student, teacher, gamma, teacher_mea
     means = {"student": 0.05, "teacher": teacher_mean}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        y0 = system.initial("free", means=means)
-    fp = fast_phase(spec, time=400.0, points=3, means=means, system=system)
+        y0 = R.initial(system, "free", means=means)
+    fp = fast_phase(system, time=400.0, points=3, means=means)
     assert abs(fp.m_star["student"] - y0[system.mean_state[0]]) < 1e-8
-    rhs = compiled(system).rhs(0.0, y0, system.params())
+    rhs = compiled(system).rhs(0.0, y0, R.params(system))
     ix = system.index
     q1, q2 = ix(((0, "S"), (1, "T"))), ix(((0, "S"), (1, "S")))
     Q2 = np.array([[y0[ix(((1, "S"), (1, "T")))], y0[ix(((1, "S"), (1, "S")))]],
                    [y0[ix(((1, "S"), (1, "S")))], y0[ix(((1, "S"), (1, "T")))]]])
     D1 = y0[ix(((0, "A"),))] + y0[ix(((0, "B"),))]
-    _, gr = system.gradients(y0)
+    gr = system.potential.gradients(R.theta(system, y0))
     g = np.array([gr.omega[0, 1], gr.psi[0, 1]])
     pred = -2 * D1 * Q2 @ g
     assert np.allclose(rhs[[q1, q2]], pred, rtol=1e-10, atol=1e-12), (rhs[[q1, q2]], pred)
@@ -272,7 +273,7 @@ def _theory(spec, time, means=None, points=9):
     system = derive(spec)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        y0 = system.initial("free", means=means)
+        y0 = R.initial(system, "free", means=means)
         return integrate(system, time=time, points=points, init=y0, check_truncation=False).table
 
 

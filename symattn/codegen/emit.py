@@ -269,16 +269,9 @@ def gradient_matrix_lines(potential, var="g") -> list:
     return lines
 
 
-def gamma_lines(potential, var="g", out="gamma"):
-    """Lines filling the K×K Γ = GΩ + GΨ (off-diagonal halved; docs/theory.md §2) from ∂Φ/∂θ."""
-    return gradient_matrix_lines(potential, var) + [f"    {out} = GO + GP"]
-
-
-
-
-
-def module_source(system, kind: str, coefficient_lines: list, extra: str = "", expectations=()) -> str:
-    """Source of the generated module of a MomentSystem-like object.
+def module_source(system, kind: str, coefficient_lines: list, theta: str = "mu[THETA_WORDS]", extra: str = "",
+                  expectations=()) -> str:
+    """Source of the generated module of a derived ``System`` (``theta``: the expression of θ at state mu).
 
     Always emits ``phi_and_grad`` (Φ and ∂Φ/∂θ); ``expectations`` adds value-only functions
     (E, function name, tag), e.g. the SGD-noise constants ν.
@@ -320,9 +313,10 @@ def module_source(system, kind: str, coefficient_lines: list, extra: str = "", e
             f"{rule_name(n, k, h)} = _rt.rule_1d({n}, {fnum(h)}, {k!r})" for n, k, h in sorted(rules)) + "\n")
     src.append("\n" + "\n\n".join(blocks))
     jit = "" if any(E.quad_terms for E in [P] + [e[0] for e in expectations]) else "@njit(cache=True)\n"
-    src.append(template("coefficients.py.tmpl").substitute(jit=jit, ncoef=len(system.coef_names),
+    src.append(template("coefficients.py.tmpl").substitute(jit=jit, ncoef=len(system.coef_names), theta=theta,
                                                            lines="\n".join(coefficient_lines)))
-    src.append(extra)
+    if extra:
+        src.append(extra)
     src.append(template("rhs.py.tmpl").substitute(jit=jit))
     text = "\n".join(src)
     return re.sub(r"[ \t]+\n", "\n", text)

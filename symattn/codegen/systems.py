@@ -1,6 +1,7 @@
-"""Generated modules of the derived systems: what each system's module contains beyond the common
-part of ``emit.module_source`` (its coefficient lines; for untied systems the slaved-mean Newton
-solver and the right-hand side with the mean velocities), and their compilation.
+"""The generated module of a derived ``System``: its coefficient lines printed from the system's
+coefficient rules, for systems with slaved (untied) means the Newton solver of ``derivation.means``
+(the same text the NumPy reference runs) and the right-hand side with the mean velocities, and its
+compilation.
 
 ``source(system)`` is the module text (deterministic: the same model structure and truncation give
 the same bytes); ``compiled(system)`` imports it through the verified per-user cache (``load``),
@@ -8,22 +9,20 @@ once per system object. The derivation knows nothing of code: this module reads 
 """
 from __future__ import annotations
 
+import numpy as np
+
+from ..derivation import system as S
+from ..derivation.means import FD_STEP, algorithm_source
 from ..derivation.noise import noise_expectation_items, quadrature_nu_names
-from ..derivation.untied import FD_STEP, NEWTON_STEPS, NEWTON_TOL, UntiedSystem
-from .emit import gamma_lines, gradient_matrix_lines, module_source, template
+from .emit import gradient_matrix_lines, module_source, template
 from .load import cached_module
 
 
-def noise_coefficient_lines(coef_names, nu: dict) -> list:
-    """Generated-code version of :func:`fill_noise_coefficients` (params[1] = ε, params[2] = s²; a
-    non-polynomial ν from params[3:], ``quadrature_nu_names`` order, so that the right-hand side holds
-    no state)."""
+def noise_value(name: str, nu: dict) -> str:
+    """Generated-code value of ν_name: a closed form at (θ, s² = params[2]), or for a non-polynomial ν
+    params[3 + j] (``quadrature_nu_names`` order), so that the right-hand side holds no state."""
     quad = quadrature_nu_names(nu)
-    lines = []
-    for name in nu:
-        value = f"params[{3 + quad.index(name)}]" if name in quad else f"{name}(theta, params[2])"
-        lines.append(f"    coef[{coef_names.index(name)}] = params[1] * {value}")
-    return lines
+    return f"params[{3 + quad.index(name)}]" if name in quad else f"{name}(theta, params[2])"
 
 
 def noise_values_source(system) -> str:
@@ -31,7 +30,7 @@ def noise_values_source(system) -> str:
     quad = quadrature_nu_names(system.nu)
     if not quad:
         return ""
-    means = "    theta = _solve_means(theta, s2)\n" if isinstance(system, UntiedSystem) else ""
+    means = "    theta = _solve_means(theta, s2)\n" if system.mean_pos else ""
     return ("\n\ndef noise_values(mu, s2):\n"
             '    """Non-polynomial SGD-noise constants ν at the state (s2: the label-noise variance): params[3:]\n'
             '    of ``rhs``."""\n'
@@ -39,68 +38,64 @@ def noise_values_source(system) -> str:
             f"    return np.array([{', '.join(f'{n}(theta, s2)' for n in quad)}])\n")
 
 
-def symmetric_coefficient_lines(system) -> list:
-    """Generated-code version of ``MomentSystem.coefficients``."""
-    K = system.spec.K
-    lines = ["    coef[1] = params[0]"] + gamma_lines(system.potential)
-    lines += [f"    coef[{2 + k * K + l}] = gamma[{k}, {l}]" for k in range(K) for l in range(K)]
-    return lines + noise_coefficient_lines(system.coef_names, system.nu)
+def coefficient_lines(system) -> list:
+    """Generated-code version of ``reference.coefficients``: one line (or two) per coefficient rule."""
+    rules = system.coefficient_rules
+    lines = []
+    if any(c.source in (S.GRADIENT, S.MEAN_FORCE) for c in rules):
+        lines += gradient_matrix_lines(system.potential)
+        if any(c.source == S.GRADIENT and c.args[0] == "Gamma" for c in rules):
+            lines.append("    Gamma = GO + GP")
+    for j, c in enumerate(rules):
+        if c.source == S.ONE:
+            lines.append(f"    coef[{j}] = 1.0")
+        elif c.source == S.DECAY:
+            lines.append(f"    coef[{j}] = params[0]")
+        elif c.source == S.GRADIENT:
+            mat, k, l = c.args
+            lines.append(f"    coef[{j}] = {mat}[{k}, {l}]")
+        elif c.source == S.MEAN_FORCE:
+            k, parts, (a, b) = c.args
+            psi = " + ".join(f"{mat}[{k}, {l}] * (mu[{i}] + mu[{i2}])" for mat, l, i, i2 in parts)
+            lines += [f"    psi = 2.0 * ({psi})", f"    coef[{j}] = -psi / (mu[{a}] + mu[{b}])"]
+        elif c.source == S.NOISE:
+            lines.append(f"    coef[{j}] = params[1] * {noise_value(c.args[0], system.nu)}")
+        elif c.source != S.ZERO:
+            raise ValueError(f"unknown coefficient source {c.source!r}")
+    return lines
 
 
-def untied_coefficient_lines(system) -> list:
-    """Generated-code version of ``UntiedSystem.coefficients`` (the slaved means first)."""
-
-    K, P = system.spec.K, system.potential
-    lines = ["    theta = _solve_means(theta, params[2])", "    phi, g = phi_and_grad(theta, params[2])",
-             "    coef[1] = params[0]"] + gradient_matrix_lines(P)
-    o = 2 + K
-    for k in range(K):
-        for l in range(K):
-            lines.append(f"    coef[{o + k * K + l}] = GO[{k}, {l}]")
-            lines.append(f"    coef[{o + K * K + k * K + l}] = GP[{k}, {l}]")
-            lines.append(f"    coef[{o + 2 * K * K + k * K + l}] = GO[{k}, {l}] + GP[{k}, {l}]")
-    for k in system.mean_trainable:
-        A, B = (k, "A"), (k, "B")
-        parts = []
-        for l in range(K):
-            Ml, Tl = system.letter(l, "S"), system.letter(l, "T")
-            parts.append(f"GO[{k}, {l}] * (mu[{system.index((Ml, B))}] + mu[{system.index((A, Ml))}])")
-            parts.append(f"GP[{k}, {l}] * (mu[{system.index((Tl, B))}] + mu[{system.index((A, Tl))}])")
-        lines.append(f"    psi = 2.0 * ({' + '.join(parts)})")
-        lines.append(f"    coef[{2 + k}] = -psi / (mu[{system.index((A,))}] + mu[{system.index((B,))}])")
-    return lines + noise_coefficient_lines(system.coef_names, system.nu)
+def _jit(system) -> str:
+    """The decorator of the module-level functions: none when Φ has quadrature terms (their compiled
+    expectations are called from Python; Numba would re-optimise the integrands)."""
+    return "" if system.potential.quad_terms else "@njit(cache=True)\n"
 
 
-def untied_extra_source(system) -> str:
-    """The slaved means: Newton onto dΦ/dm = 0 and their velocity (docs/theory.md §6)."""
-    jit = "" if system.potential.quad_terms else "@njit(cache=True)\n"
-    mp = list(system.mean_pos)
-    ms = [system.mean_state[k] for k in system.mean_trainable]
+def slaved_means_source(system) -> str:
+    """The slaved means: ∂Φ/∂m, its Jacobian, and the Newton solver and velocity of ``derivation.means``."""
+    jit = _jit(system)
     return template("untied_means.py.tmpl").substitute(
-        jit=jit, mean_pos=repr(mp), mean_state=repr(ms), n_means=len(mp), fd_step=repr(FD_STEP),
-        newton_steps=NEWTON_STEPS, newton_tol=repr(NEWTON_TOL))
-
-
-def untied_rhs_source(system) -> str:
-    """The untied right-hand side: the moments, then the velocities of the slaved means."""
-    jit = "" if system.potential.quad_terms else "@njit(cache=True)\n"
-    return template("untied_rhs.py.tmpl").substitute(jit=jit)
+        jit=jit, mean_pos=repr(list(system.mean_pos)), mean_state=repr([system.mean_state[k] for k in system.mean_trainable]),
+        n_means=len(system.mean_pos), fd_step=repr(FD_STEP), algorithm=algorithm_source(jit))
 
 
 def source(system) -> str:
     """The generated module of a derived system; quadrature calibrated at the free initial state."""
+    from ..initial import free_moments
     P = system.potential
-    untied = isinstance(system, UntiedSystem)
-    theta0 = (system.pre_fast_state("free") if untied else system.initial("free"))[system.theta_words]
+    y0 = np.zeros(system.size)                  # the free initial state, means 0 before the fast phase
+    y0[:system.n_moments] = free_moments(system.spec, system.words)
+    theta0 = y0[system.theta_words]
     if P.quad_terms and P.order is None:
         P.calibrate(theta0)
     nus = noise_expectation_items(system.nu, theta0)
-    if untied:
-        text = module_source(system, system.kind, untied_coefficient_lines(system),
-                             extra=untied_extra_source(system), expectations=nus)
-        return text + untied_rhs_source(system) + noise_values_source(system)
-    return module_source(system, system.kind, symmetric_coefficient_lines(system), expectations=nus) + \
-        noise_values_source(system)
+    slaved = bool(system.mean_indices)
+    theta = "_solve_means(mu[THETA_WORDS], params[2])" if slaved else "mu[THETA_WORDS]"
+    text = module_source(system, system.description, coefficient_lines(system), theta=theta,
+                         extra=slaved_means_source(system) if slaved else "", expectations=nus)
+    if slaved:
+        text += template("untied_rhs.py.tmpl").substitute(jit=_jit(system))
+    return text + noise_values_source(system)
 
 
 def compiled(system):

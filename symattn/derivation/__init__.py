@@ -31,8 +31,9 @@ def check_size(spec, truncation: int) -> dict:
 def derive(spec, truncation: int | None = None, tol: float = 1e-8):
     """The limit ODE system of a spec at truncation M (direct, tied; untied in ``untied``).
 
-    Returns a system object with ``words`` and sparse ``terms`` (``codegen.systems.compiled`` gives
-    its compiled right-hand side). A model derived before is read from the per-user store
+    Returns a ``derivation.system.System`` (data: state layout, sparse terms, coefficient rules,
+    columns; ``reference`` evaluates it in NumPy, ``codegen.systems.compiled`` gives its compiled
+    right-hand side). A model derived before is read from the per-user store
     (``derivation.store``: keyed by structure, initial laws, truncation and code, not by ε, B, γ).
     """
     from ..progress import note
@@ -52,3 +53,11 @@ def derive(spec, truncation: int | None = None, tol: float = 1e-8):
             return derive_untied(spec, truncation, potential=P)
         return derive_symmetric(spec, truncation, potential=P)
     return store.cached(spec, truncation or spec.truncation, tol, build)
+
+
+def retruncate(system, M: int):
+    """The same model at truncation M, sharing ``system``'s potential and ν (no new quadrature)."""
+    from .hierarchy import derive_symmetric
+    from .untied import derive_untied
+    build = derive_symmetric if all(system.alphabet.symmetric) else derive_untied
+    return build(system.spec, M, potential=system.potential, nu=system.nu)

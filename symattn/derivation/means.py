@@ -2,12 +2,17 @@
 
 On the slow time the trainable means sit on ∂Φ/∂m_k = 0 at the current moments; they get there
 through the fast phase dm_k/dt = −D_k ∂Φ/∂m_k (t = nα, moments frozen, D_k = t^A_k + t^B_k).
-Written once for both the moment hierarchy (``derive.untied``) and the matrix-level solver
-(``symattn.spectral``); Newton uses the exact Hessian ∂²Φ/∂m² of ``Potential.mean_hessian``.
+The Newton solver and the mean velocity are written once, in ``slaved_means.py.tmpl``: the
+generated module compiles that text (with its own ∂Φ/∂m and Jacobian), and this module runs it with
+the exact gradient and Hessian ∂²Φ/∂m² of ``Potential`` — for the NumPy reference backend
+(``symattn.reference``) and the matrix-level solver (``symattn.spectral``).
 """
 from __future__ import annotations
 
+import string
 import warnings
+from functools import cache
+from pathlib import Path
 
 import numpy as np
 from scipy.integrate import solve_ivp
@@ -24,36 +29,51 @@ def mean_residual(potential, theta, pos) -> np.ndarray:
     return potential.value_and_gradient(theta)[1][pos]
 
 
+ALGORITHM = Path(__file__).with_name("slaved_means.py.tmpl")
+
+
+@cache
+def algorithm_source(jit: str = "") -> str:
+    """The Newton solver and the mean velocity as Python source (``jit``: the decorator line the
+    generated module puts before each function, "" for the NumPy reference)."""
+    return string.Template(ALGORITHM.read_text()).substitute(
+        jit=jit, fd_step=repr(FD_STEP), newton_steps=NEWTON_STEPS, newton_tol=repr(NEWTON_TOL))
+
+
+@cache
+def _algorithm_code():
+    return compile(algorithm_source(), str(ALGORITHM), "exec")
+
+
+def _algorithms(potential, pos) -> dict:
+    """The functions of ``slaved_means.py.tmpl`` bound to Φ's exact gradient and Hessian in the means."""
+    pos = list(pos)
+    ns = {"np": np, "MEAN_POS": np.array(pos, dtype=np.int64), "N_MEANS": len(pos),
+          "_grad_m": lambda theta, s2: mean_residual(potential, theta, pos),
+          "_jac_m": lambda theta, s2: potential.mean_hessian(theta, pos)}
+    exec(_algorithm_code(), ns)
+    return ns
+
+
 def solve_means(potential, theta, pos) -> np.ndarray:
     """θ with the means at ``pos`` moved by Newton (exact Hessian) from their value onto ∂Φ/∂m = 0."""
     theta = np.array(theta, dtype=float)
     if not len(pos):
         return theta
-    for _ in range(NEWTON_STEPS):
-        r = mean_residual(potential, theta, pos)
-        if np.max(np.abs(r)) < NEWTON_TOL * (1.0 + np.max(np.abs(theta))):
-            return theta
-        try:
-            step = np.linalg.solve(potential.mean_hessian(theta, pos), r)
-        except np.linalg.LinAlgError:
-            break
-        theta[pos] -= step
-        if not np.all(np.isfinite(theta)):
-            break
-    raise NumericalFailure("untied: no critical point ∂Φ/∂m = 0 of the slaved means near the current state")
+    with np.errstate(all="ignore"):
+        out = _algorithms(potential, pos)["_solve_means"](theta, potential.label_noise)
+    if not np.all(np.isfinite(out)):
+        raise NumericalFailure("untied: no critical point ∂Φ/∂m = 0 of the slaved means near the current state")
+    return out
 
 
 def mean_velocity(potential, theta, pos, theta_dot) -> np.ndarray:
     """dm*/dτ = −H_mm⁻¹ ∂_τ(∂Φ/∂m) along θ̇ (implicit function theorem; the directional
     derivative by central differences of the exact gradient)."""
-    tdot = np.asarray(theta_dot, dtype=float).copy()
-    tdot[pos] = 0.0
-    nrm = np.max(np.abs(tdot)) if tdot.size else 0.0
-    if nrm == 0:
-        return np.zeros(len(pos))
-    h = FD_STEP / nrm
-    b = (mean_residual(potential, theta + h * tdot, pos) - mean_residual(potential, theta - h * tdot, pos)) / (2 * h)
-    return -np.linalg.solve(potential.mean_hessian(theta, pos), b)
+    if not len(pos):
+        return np.zeros(0)
+    return _algorithms(potential, pos)["_mean_velocity"](np.asarray(theta, dtype=float),
+                                                         np.asarray(theta_dot, dtype=float), potential.label_noise)
 
 
 def fast_flow(potential, theta, pos, rate, t_eval) -> np.ndarray:

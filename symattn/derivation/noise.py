@@ -27,7 +27,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-import numpy as np
 import sympy as sp
 
 from ..symbolic.gaussian import rational_matrix
@@ -131,33 +130,8 @@ def noise_terms(spec, words, alphabet, coef_index, truncation) -> dict:
 # ---- shared by every system that carries noise coefficients (coef[name] = ε·ν(θ)) ----
 def quadrature_nu_names(nu: dict) -> list:
     """The non-polynomial ν: the generated right-hand side reads them from params[3:] (in this order),
-    so that it holds no state; the integrator evaluates and refreshes them (``noise_params``)."""
+    so that it holds no state; the integrator evaluates and refreshes them (``reference.params``)."""
     return [name for name, E in nu.items() if E.quad_terms]
-
-
-def noise_params(system, epsilon: float, y=None, values=None) -> np.ndarray:
-    """Run-time parameters [γ, ε, s², ν_quadrature(θ(y))...] of a derived system's right-hand side, s² the
-    label-noise variance (the ν entries 0 when ε = 0; ``values``: precomputed ν, e.g. from the generated
-    ``noise_values``)."""
-    names = quadrature_nu_names(system.nu)
-    base = [system.spec.weight_decay, epsilon, system.potential.label_noise]
-    if not names:
-        return np.array(base)
-    if values is None:
-        if not epsilon:
-            values = np.zeros(len(names))
-        elif y is None:
-            raise ValueError("params: y (the state) is needed for the non-polynomial noise constants ν at ε > 0")
-        else:
-            theta = system.theta_of(np.asarray(y, dtype=float))
-            values = [system.nu[n].value(theta) for n in names]
-    return np.concatenate([base, np.asarray(values, dtype=float)])
-
-
-def fill_noise_coefficients(coef, coef_names, nu: dict, theta, epsilon: float):
-    """Reference implementation: coef[name] = ε ν(θ) for every noise coefficient."""
-    for name, E in nu.items():
-        coef[coef_names.index(name)] = epsilon * E.value(theta)
 
 
 def noise_expectation_items(nu: dict, theta0) -> list:

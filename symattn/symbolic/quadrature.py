@@ -28,11 +28,9 @@ import numpy as np
 import sympy as sp
 
 from ..transient import PicklesWithoutCaches
+from .quadrature_rule import HALF_WIDTH, node_map, price_gradient, rule_1d, stein_hessian, tensor_points
 
 MAX_NODES = 2_000_000
-
-
-HALF_WIDTH = 8.0      # the rule covers |z| <= 8: the Gaussian tail beyond is below 1e-15
 
 
 def half_width_for(tol: float) -> float:
@@ -50,16 +48,6 @@ def half_width_for(tol: float) -> float:
 
 
 MIN_TRAPEZOID = 9    # below this many nodes per dimension the tensor rule is Gauss–Hermite
-
-
-def rule_1d(n: int, half_width: float = HALF_WIDTH, kind: str = "trapezoid"):
-    """Nodes and weights of the 1-d rule for the standard normal (``gauss_rule`` in one dimension; the
-    generated modules build their tensor rules from it)."""
-    if kind == "hermite":
-        x, w = np.polynomial.hermite_e.hermegauss(n)
-        return x, w / np.sqrt(2 * np.pi)
-    x = np.linspace(-half_width, half_width, n)
-    return x, np.exp(-0.5 * x**2) / np.sqrt(2 * np.pi) * (x[1] - x[0])
 
 
 @cache
@@ -139,6 +127,8 @@ class QuadTerm(PicklesWithoutCaches):
 
     def __post_init__(self):
         v = self.variables
+        # the half-width as generated modules print it (15 significant digits): the same nodes in both
+        self.half_width = float(f"{float(self.half_width):.15g}")
         if self.P is None:
             self.P = canonical_basis(invariant_projection(self.expr, v))
         self.stein = False
@@ -181,8 +171,7 @@ class QuadTerm(PicklesWithoutCaches):
         Ef, Eg, EH = self._expectations(theta, order, rule)
         if not self.gradient:
             return Ef, np.zeros(len(theta))
-        grad = self.mu_theta @ Eg + 0.5 * np.einsum("pab,ab->p", self.cov_theta, EH)
-        return Ef, grad
+        return Ef, price_gradient(Eg, EH, self.mu_theta, self.cov_theta)
 
     def mean_hessian(self, theta: np.ndarray, order: int, positions) -> np.ndarray:
         """∂²E f/∂θ_a∂θ_b for parameters a, b that shift only the mean μ (the means m_k):
@@ -194,18 +183,14 @@ class QuadTerm(PicklesWithoutCaches):
         return self.mu_theta[pos] @ EH @ self.mu_theta[pos].T
 
     def _expectations(self, theta, order, rule=None):
-        """(E f, E ∇f, E ∇²f) over the rule (the last two None when gradient=False)."""
-        n, P = len(self.variables), self.P
-        mu = self.mu0 + theta @ self.mu_theta
-        cov = self.cov0 + np.tensordot(theta, self.cov_theta, axes=1)
-        mu_y, cov_y = P @ mu, P @ cov @ P.T
-        lam, Q = np.linalg.eigh(cov_y)
-        lam = np.clip(lam, 0.0, None)
-        B = (Q * np.sqrt(lam)) @ Q.T          # symmetric square root: grid axes = the basis P
+        """(E f, E ∇f, E ∇²f) over the rule (the last two None when gradient=False): the node map of
+        ``quadrature_rule`` (the one the generated modules run), the integrand vectorised over the nodes."""
+        n = len(self.variables)
+        A, x0, Wh = node_map(self.P, self.mu0, self.mu_theta, self.cov0, self.cov_theta,
+                             np.ascontiguousarray(theta, dtype=float))
         n_dim, kind = rule or self.rule(order)
         z, w = gauss_rule(n_dim, self.dim, self.half_width, kind)
-        Y = mu_y + z @ B.T
-        X = Y @ P
+        X = tensor_points(x0, A, rule_1d(n_dim, self.half_width, kind)[0], self.dim)
         with np.errstate(all="ignore"):        # a singular integrand shows as non-finite sums, reported
             vals = self._fn([X[:, a] for a in range(n)])
         vals = [np.broadcast_to(np.asarray(v, dtype=float), w.shape) for v in vals]
@@ -214,12 +199,8 @@ class QuadTerm(PicklesWithoutCaches):
             return Ef, None, None
         G = np.stack(vals[1:1 + n], axis=1)                     # (N, n)
         Eg = w @ G
-        if self.stein:
-            lam_inv = np.where(lam > 1e-300, 1.0 / np.where(lam > 0, lam, 1.0), 0.0)
-            white = (Y - mu_y) @ (Q * lam_inv) @ Q.T             # Σ_y⁻¹(y − μ_y)
-            Hy = np.einsum("q,qi,qj->ij", w, G @ P.T, white)
-            Hy = 0.5 * (Hy + Hy.T)
-            EH = P.T @ Hy @ P
+        if self.stein:                                          # H_y = E[(P∇f) ⊗ Σ_y^(−½) z]
+            EH = stein_hessian(np.einsum("q,qi,qj->ij", w, G @ self.P.T, z @ Wh.T), self.P)
         else:
             EH = (w @ np.stack(vals[1 + n:], axis=1)).reshape(n, n)
         return Ef, Eg, EH

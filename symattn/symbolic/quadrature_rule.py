@@ -1,0 +1,190 @@
+"""The Gaussian rule of the quadrature (docs/theory.md §2), written once: the 1-d nodes, the node map
+and Price's theorem. For one quadrature term,
+
+    y = Pμ + Σ_y^½ z_q,  x = Pᵀy,  E f = Σ_q w_q f(x_q),
+    ∂E f/∂θ_p = ∂μ/∂θ_p · E∇f + ½ ∂Σ/∂θ_p : E∇²f      (Price's theorem),
+
+with z_q the nodes of the tensor rule built from the 1-d rule (``rule_1d``) in the r = P.shape[0]
+effective directions and Σ_y^½ the symmetric root (the grid axes are the canonical basis P, see
+``symbolic.quadrature``); E∇²f comes from the integrand's second derivatives or, where those hold a
+Dirac mass, from Stein's lemma E∇²f = Pᵀ E[∇_y f ⊗ Σ_y⁻¹(y − μ_y)] P. Two callers run these same
+functions: the Python quadrature (``symbolic.quadrature``: the integrand vectorised over the nodes)
+and the generated modules (``codegen``: ``_expect_<id>`` calls ``node_map`` once, runs the node loop
+with its integrand written out, and forms the result with ``finish``; they import this module as
+``symattn.codegen.runtime``). Compiled with Numba once per machine (its cache next to this file, or
+its per-user cache where the package is read-only), not once per model.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+HALF_WIDTH = 8.0      # the rule covers |z| <= 8: the Gaussian tail beyond is below 1e-15
+
+
+def rule_1d(n: int, half_width: float = HALF_WIDTH, kind: str = "trapezoid"):
+    """Nodes and weights of the 1-d rule for the standard normal: trapezoidal on |z| ≤ half_width, or
+    Gauss–Hermite (``kind="hermite"``); the tensor rules are built from it."""
+    if kind == "hermite":
+        x, w = np.polynomial.hermite_e.hermegauss(n)
+        return x, w / np.sqrt(2 * np.pi)
+    x = np.linspace(-half_width, half_width, n)
+    return x, np.exp(-0.5 * x**2) / np.sqrt(2 * np.pi) * (x[1] - x[0])
+
+
+VALUE, HESSIAN, STEIN = 0, 1, 2      # what the integrand outputs: [f] / [f, ∇f, upper ∇²f] / [f, ∇f]
+
+
+@njit(cache=True)
+def jacobi(C):
+    """(λ, Q) of a small symmetric matrix by cyclic Jacobi rotations (plain loops: Numba's LAPACK-backed
+    ``np.linalg.eigh`` took 3–6 s to compile, once per model before this module existed)."""
+    r = C.shape[0]
+    a = C.copy()
+    Q = np.eye(r)
+    for _ in range(50):
+        off, tot = 0.0, 0.0
+        for i in range(r):
+            for j in range(r):
+                tot += a[i, j] * a[i, j]
+                if j > i:
+                    off += a[i, j] * a[i, j]
+        if off <= 1e-32 * (1.0 + tot):
+            break
+        for p in range(r):
+            for q in range(p + 1, r):
+                if a[p, q] == 0.0:
+                    continue
+                tau = (a[q, q] - a[p, p]) / (2.0 * a[p, q])
+                t = (1.0 if tau >= 0.0 else -1.0) / (abs(tau) + math.sqrt(1.0 + tau * tau))
+                c = 1.0 / math.sqrt(1.0 + t * t)
+                s = t * c
+                for k in range(r):
+                    akp, akq = a[k, p], a[k, q]
+                    a[k, p], a[k, q] = c * akp - s * akq, s * akp + c * akq
+                for k in range(r):
+                    apk, aqk = a[p, k], a[q, k]
+                    a[p, k], a[q, k] = c * apk - s * aqk, s * apk + c * aqk
+                for k in range(r):
+                    qkp, qkq = Q[k, p], Q[k, q]
+                    Q[k, p], Q[k, q] = c * qkp - s * qkq, s * qkp + c * qkq
+    lam = np.empty(r)
+    for i in range(r):
+        lam[i] = a[i, i]
+    return lam, Q
+
+
+@njit(cache=True)
+def node_map(P, mu0, mut, cov0, covt, theta):
+    """(A, x0, Wh): node z ↦ x = x0 + A z, A = Pᵀ Σ_y^½, x0 = PᵀPμ, and Wh = Σ_y^(−½) (0 on a null
+    direction), for μ = μ0 + θ·∂μ/∂θ, Σ = Σ0 + θ·∂Σ/∂θ, Σ_y = PΣPᵀ."""
+    r, nv = P.shape
+    mu = mu0.copy()
+    cov = cov0.copy()
+    for p in range(theta.shape[0]):
+        if theta[p] != 0.0:
+            for i in range(nv):
+                mu[i] += theta[p] * mut[p, i]
+                for j in range(nv):
+                    cov[i, j] += theta[p] * covt[p, i, j]
+    Cy = np.zeros((r, r))
+    my = np.zeros(r)
+    for a in range(r):
+        for i in range(nv):
+            if P[a, i] != 0.0:
+                my[a] += P[a, i] * mu[i]
+                for b in range(r):
+                    for j in range(nv):
+                        Cy[a, b] += P[a, i] * cov[i, j] * P[b, j]
+    lam, Q = jacobi(Cy)
+    root = np.zeros((r, r))
+    Wh = np.zeros((r, r))
+    for k in range(r):
+        lk = max(lam[k], 0.0)
+        sq = math.sqrt(lk)
+        iv = 1.0 / sq if lk > 1e-300 else 0.0
+        for a in range(r):
+            for b in range(r):
+                root[a, b] += Q[a, k] * sq * Q[b, k]
+                Wh[a, b] += Q[a, k] * iv * Q[b, k]
+    A = np.zeros((nv, r))
+    x0 = np.zeros(nv)
+    for i in range(nv):
+        for a in range(r):
+            x0[i] += P[a, i] * my[a]
+            for b in range(r):
+                A[i, b] += P[a, i] * root[a, b]
+    return A, x0, Wh
+
+
+@njit(cache=True)
+def tensor_points(x0, A, nodes, r):
+    """x = x̄ + Σ_a A_a z_a at every node of the r-fold tensor rule of the 1-d ``nodes`` (rows in the order
+    of ``symbolic.quadrature.gauss_rule``), accumulated as the generated node loop does it, level by
+    level — the same rounding, so that an integrand's kink lying on a node lies on it in both."""
+    n, nv = nodes.shape[0], x0.shape[0]
+    X = np.empty((n ** r, nv))
+    s = np.empty((r + 1, nv))
+    idx = np.zeros(r, dtype=np.int64)
+    for q in range(n ** r):
+        rem = q
+        for a in range(r - 1, -1, -1):
+            idx[a] = rem % n
+            rem //= n
+        for i in range(nv):
+            s[0, i] = x0[i]
+        for a in range(r):
+            for i in range(nv):
+                s[a + 1, i] = s[a, i] + A[i, a] * nodes[idx[a]]
+        for i in range(nv):
+            X[q, i] = s[r, i]
+    return X
+
+
+@njit(cache=True)
+def stein_hessian(Hy, P):
+    """E∇²f = Pᵀ sym(H_y) P from H_y = E[(P∇f) ⊗ Σ_y^(−½) z] (Stein's lemma)."""
+    r, nv = P.shape
+    EH = np.zeros((nv, nv))
+    for a in range(r):
+        for b in range(r):
+            h = 0.5 * (Hy[a, b] + Hy[b, a])
+            for i in range(nv):
+                for j in range(nv):
+                    EH[i, j] += P[a, i] * h * P[b, j]
+    return EH
+
+
+@njit(cache=True)
+def price_gradient(Eg, EH, mut, covt):
+    """∂E f/∂θ_p = ∂μ/∂θ_p · E∇f + ½ ∂Σ/∂θ_p : E∇²f (Price's theorem)."""
+    nv = Eg.shape[0]
+    grad = np.zeros(mut.shape[0])
+    for p in range(mut.shape[0]):
+        for i in range(nv):
+            grad[p] += mut[p, i] * Eg[i]
+            for j in range(nv):
+                grad[p] += 0.5 * covt[p, i, j] * EH[i, j]
+    return grad
+
+
+@njit(cache=True)
+def finish(mode, acc, Hy, P, mut, covt):
+    """(E f, ∂E f/∂θ) from the accumulated sums acc = [E f, E∇f, upper E∇²f] (∂ = 0 for a value-only
+    term; E∇²f from ``stein_hessian`` in Stein mode)."""
+    r, nv = P.shape
+    if mode == VALUE:
+        return acc[0], np.zeros(mut.shape[0])
+    if mode == STEIN:
+        EH = stein_hessian(Hy, P)
+    else:
+        EH = np.zeros((nv, nv))
+        c = 1 + nv
+        for i in range(nv):
+            for j in range(i, nv):
+                EH[i, j] = acc[c]
+                EH[j, i] = acc[c]
+                c += 1
+    return acc[0], price_gradient(acc[1:1 + nv].copy(), EH, mut, covt)
