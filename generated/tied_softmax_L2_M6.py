@@ -668,13 +668,11 @@ def nu_0_0(theta, s2):
     return val
 
 
-def coefficients(mu, params):
-    """coef[key] of the sparse terms at the current moments; params = [γ, ε, s², non-polynomial ν...]."""
-    theta = mu[THETA_WORDS]
+def coefficients_at(mu, theta, params):
+    """coef[key] of the sparse terms at state mu and order parameters theta (the slaved means solved);
+    params = [γ, ε, s², non-polynomial ν...]."""
     phi, g = phi_and_grad(theta, params[2])
     coef = np.zeros(7)
-    coef[0] = 1.0
-    coef[1] = params[0]
     GO = np.zeros((2, 2))
     GP = np.zeros((2, 2))
     GO[0, 0] = 0.5 * g[0]
@@ -685,14 +683,20 @@ def coefficients(mu, params):
     GP[1, 0] = 0.5 * 0.5 * g[1]
     GO[1, 1] = 0.5 * g[2]
     GP[1, 1] = 0.5 * g[2]
-    gamma = GO + GP
-    coef[2] = gamma[0, 0]
-    coef[3] = gamma[0, 1]
-    coef[4] = gamma[1, 0]
-    coef[5] = gamma[1, 1]
+    Gamma = GO + GP
+    coef[0] = 1.0
+    coef[1] = params[0]
+    coef[2] = Gamma[0, 0]
+    coef[3] = Gamma[0, 1]
+    coef[4] = Gamma[1, 0]
+    coef[5] = Gamma[1, 1]
     coef[6] = params[1] * params[3]
     return coef
 
+
+def coefficients(mu, params):
+    """coef[key] of the sparse terms at state mu."""
+    return coefficients_at(mu, mu[THETA_WORDS], params)
 
 
 @njit(cache=True)
