@@ -28,7 +28,15 @@ import numpy as np
 import sympy as sp
 
 from ..transient import PicklesWithoutCaches
-from .quadrature_rule import HALF_WIDTH, node_map, price_gradient, rule_1d, stein_hessian, tensor_points
+from .quadrature_rule import (
+    HALF_WIDTH,
+    STEIN_CONDITION,
+    node_map_conditioned,
+    price_gradient,
+    rule_1d,
+    stein_hessian,
+    tensor_points,
+)
 
 MAX_NODES = 2_000_000
 
@@ -131,8 +139,10 @@ class QuadTerm(PicklesWithoutCaches):
         self.half_width = float(f"{float(self.half_width):.15g}")
         if self.P is None:
             self.P = canonical_basis(invariant_projection(self.expr, v))
-        self.stein = False
-        self.outputs = [self.expr]          # [f, ∇f, ∇²f row-major (unless Stein's lemma)]: ``_fn``, codegen
+        self.stein = False                  # kinked: ∇²f holds a Dirac mass, E∇²f only by Stein's lemma
+        # [f, ∇f, ∇²f row-major (unless kinked)]: ``_fn``, codegen. A smooth term takes E∇²f by Stein's
+        # lemma too while Σ_y is well conditioned (``quadrature_rule.STEIN_CONDITION``), else from ∇²f
+        self.outputs = [self.expr]
         if self.gradient:
             grads = [sp.diff(self.expr, a) for a in v]
             hess = [[sp.diff(g, b) for b in v] for g in grads]
@@ -186,8 +196,8 @@ class QuadTerm(PicklesWithoutCaches):
         """(E f, E ∇f, E ∇²f) over the rule (the last two None when gradient=False): the node map of
         ``quadrature_rule`` (the one the generated modules run), the integrand vectorised over the nodes."""
         n = len(self.variables)
-        A, x0, Wh = node_map(self.P, self.mu0, self.mu_theta, self.cov0, self.cov_theta,
-                             np.ascontiguousarray(theta, dtype=float))
+        A, x0, Wh, ratio = node_map_conditioned(self.P, self.mu0, self.mu_theta, self.cov0, self.cov_theta,
+                                                np.ascontiguousarray(theta, dtype=float))
         n_dim, kind = rule or self.rule(order)
         z, w = gauss_rule(n_dim, self.dim, self.half_width, kind)
         X = tensor_points(x0, A, rule_1d(n_dim, self.half_width, kind)[0], self.dim)
@@ -199,7 +209,7 @@ class QuadTerm(PicklesWithoutCaches):
             return Ef, None, None
         G = np.stack(vals[1:1 + n], axis=1)                     # (N, n)
         Eg = w @ G
-        if self.stein:                                          # H_y = E[(P∇f) ⊗ Σ_y^(−½) z]
+        if self.stein or ratio > STEIN_CONDITION:              # H_y = E[(P∇f) ⊗ Σ_y^(−½) z]
             EH = stein_hessian(np.einsum("q,qi,qj->ij", w, G @ self.P.T, z @ Wh.T), self.P)
         else:
             EH = (w @ np.stack(vals[1 + n:], axis=1)).reshape(n, n)

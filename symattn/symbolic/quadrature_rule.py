@@ -76,10 +76,24 @@ def jacobi(C):
     return lam, Q
 
 
+# Stein's lemma for a smooth integrand (E∇²f from ∇f alone: a third of the outputs of the Hessian route,
+# and as accurate) divides by Σ_y^½; below this λ_min/λ_max of Σ_y the Hessian route is taken instead
+# (measured on the softmax L = 2 cross term at its calibrated 47 nodes: error 2.9e-11 at ρ = 0.9999,
+# 2.5e-10 at 1 − 1e-8 (λ ratio ≈ 5e-9), 2.5e-8 at 1 − 1e-12, 0.28 at ρ = 1; the Hessian route 1.4e-10 throughout)
+STEIN_CONDITION = 1e-6
+
+
 @njit(cache=True)
 def node_map(P, mu0, mut, cov0, covt, theta):
     """(A, x0, Wh): node z ↦ x = x0 + A z, A = Pᵀ Σ_y^½, x0 = PᵀPμ, and Wh = Σ_y^(−½) (0 on a null
     direction), for μ = μ0 + θ·∂μ/∂θ, Σ = Σ0 + θ·∂Σ/∂θ, Σ_y = PΣPᵀ."""
+    A, x0, Wh, ratio = node_map_conditioned(P, mu0, mut, cov0, covt, theta)
+    return A, x0, Wh
+
+
+@njit(cache=True)
+def node_map_conditioned(P, mu0, mut, cov0, covt, theta):
+    """``node_map`` and λ_min/λ_max of Σ_y (0 when Σ_y = 0)."""
     r, nv = P.shape
     mu = mu0.copy()
     cov = cov0.copy()
@@ -116,7 +130,9 @@ def node_map(P, mu0, mut, cov0, covt, theta):
             x0[i] += P[a, i] * my[a]
             for b in range(r):
                 A[i, b] += P[a, i] * root[a, b]
-    return A, x0, Wh
+    top = max(np.max(lam), 0.0)
+    ratio = max(np.min(lam), 0.0) / top if top > 0.0 else 0.0
+    return A, x0, Wh, ratio
 
 
 @njit(cache=True)
@@ -141,6 +157,30 @@ def tensor_points(x0, A, nodes, r):
         for i in range(nv):
             X[q, i] = s[r, i]
     return X
+
+
+@njit(cache=True)
+def exp_table(A, nodes):
+    """T[i, a, m] = exp(A_ia z_m) over the 1-d nodes z_m: on an equispaced (trapezoidal) rule by the
+    recurrence T[.., m + 1] = T[.., m] · exp(A_ia h) — two exponentials per (i, a) instead of n, at a
+    relative rounding of ≲ n ulp — else one exponential each."""
+    nv, r = A.shape
+    n = nodes.shape[0]
+    T = np.empty((nv, r, n))
+    h = nodes[1] - nodes[0] if n > 1 else 0.0
+    equi = n > 2 and abs(nodes[n - 1] - nodes[0] - (n - 1) * h) <= 1e-12 * (1.0 + abs(nodes[0]))
+    for i in range(nv):
+        for a in range(r):
+            if equi:
+                step = math.exp(A[i, a] * h)
+                v = math.exp(A[i, a] * nodes[0])
+                for m in range(n):
+                    T[i, a, m] = v
+                    v *= step
+            else:
+                for m in range(n):
+                    T[i, a, m] = math.exp(A[i, a] * nodes[m])
+    return T
 
 
 @njit(cache=True)
