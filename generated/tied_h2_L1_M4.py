@@ -146,10 +146,8 @@ def nu_0_0(theta, s2):
 
 
 @njit(cache=True)
-def coefficients_at(mu, theta, params):
-    """coef[key] of the sparse terms at state mu and order parameters theta (the slaved means solved);
-    params = [γ, ε, s², non-polynomial ν...]."""
-    phi, g = phi_and_grad(theta, params[2])
+def _fill_coefficients(mu, theta, g, params):
+    """coef[key] from ∂Φ/∂θ = g at state mu and order parameters theta; params = [γ, ε, s², non-polynomial ν...]."""
     coef = np.zeros(7)
     GO = np.zeros((2, 2))
     GP = np.zeros((2, 2))
@@ -170,6 +168,13 @@ def coefficients_at(mu, theta, params):
     coef[5] = Gamma[1, 1]
     coef[6] = params[1] * nu_0_0(theta, params[2])
     return coef
+
+
+@njit(cache=True)
+def coefficients_at(mu, theta, params):
+    """coef[key] of the sparse terms at state mu and order parameters theta (the slaved means solved)."""
+    phi, g = phi_and_grad(theta, params[2])
+    return _fill_coefficients(mu, theta, g, params)
 
 
 @njit(cache=True)

@@ -4,7 +4,7 @@ Direct/tied moment hierarchy; truncation M = 6; 37 moments (words up to length 6
 Time axis: package time nα/d. Run-time parameters: params = [weight decay γ, noise ratio ε].
 Structure digest: 7c52e2ff8ce47add
 Φ = 0 + E[non-polynomial terms]
-Quadrature: 6 terms, 63, 35, 47, 63, 35, 47 nodes per dimension (calibrated at the initial state, error estimate 1.5e-10)
+Quadrature: 6 terms, 47, 35, 47, 47, 35, 47 nodes per dimension (calibrated at the initial state, error estimate 3.1e-10)
 
 Model structure (the module depends on nothing else of the spec):
     {
@@ -159,24 +159,60 @@ _RULE_T9_4297 = _rt.rule_1d(9, 4.29714962253654, 'trapezoid')
 _RULE_T19_4297 = _rt.rule_1d(19, 4.29714962253654, 'trapezoid')
 _RULE_T35_6570 = _rt.rule_1d(35, 6.56970851754059, 'trapezoid')
 _RULE_T47_6570 = _rt.rule_1d(47, 6.56970851754059, 'trapezoid')
-_RULE_T63_6570 = _rt.rule_1d(63, 6.56970851754059, 'trapezoid')
 
 
 # ---- compiled quadrature kernels ----
 
-@njit(cache=True, error_model="numpy")    # inf/nan, not an exception, on a division by 0
+@njit(cache=True, error_model="numpy", fastmath={"reassoc", "nsz"})    # inf/nan, not an exception, on a division by 0
 def _expect_0(theta, P, mu0, mut, cov0, covt, rule):
-    """(E f, ∂E f/∂θ) over N(μ(θ), Σ(θ)) of integrand 0 (outputs [f, ∇f, upper ∇²f]) on the tensor rule of
+    """(E f, ∂E f/∂θ) over N(μ(θ), Σ(θ)) of integrand 0 (outputs [f, ∇f], E∇²f by Stein's lemma; NaN when Σ_y is ill-conditioned) on the tensor rule of
+    the 1-d ``rule`` in P's 1 direction(s): the node loop written out (``emit.kernel_loops``)."""
+    nodes, weights = rule
+    Amap, xmean, Wh, ratio = _rt.node_map_conditioned(P, mu0, mut, cov0, covt, theta)
+    if ratio <= _rt.STEIN_CONDITION:                 # Stein's lemma would divide by a near-null Σ_y
+        return math.nan, np.zeros(mut.shape[0])
+    r, nv, n = 1, 2, nodes.shape[0]
+    emean = np.exp(xmean)                               # e_i = exp(x̄_i) Π_a exp(A_ia z_a)
+    etab = _rt.exp_table(Amap, nodes)
+    acc0 = 0.0
+    acc1 = 0.0
+    acc2 = 0.0
+    hy00 = 0.0
+    for i0 in range(n):
+        z0 = nodes[i0]
+        w0 = weights[i0]
+        p0_0 = emean[0] * etab[0, 0, i0]
+        p1_0 = emean[1] * etab[1, 0, i0]
+        e0 = p0_0
+        e1 = p1_0
+        c0 = e0**2
+        c1 = e0 + e1
+        c2 = c1**(-2)
+        c3 = e1**2
+        c4 = c1**(-3)
+        o0 = (1/2)*c0*c2 + (1/2)*c2*c3
+        o1 = c0*c2 - c3*c4*e0 - c4*e0**3
+        o2 = -c0*c4*e1 + c2*c3 - c4*e1**3
+        acc0 += w0 * o0
+        acc1 += w0 * o1
+        acc2 += w0 * o2
+        pg0 = P[0, 0] * o1 + P[0, 1] * o2
+        wz0 = Wh[0, 0] * z0
+        hy00 += w0 * pg0 * wz0
+    acc = np.array([acc0, acc1, acc2])
+    Hy = np.array([[hy00]])
+    return _rt.finish(2, acc, Hy, P, mut, covt)
+
+
+@njit(cache=True, error_model="numpy", fastmath={"reassoc", "nsz"})    # inf/nan, not an exception, on a division by 0
+def _expect_1(theta, P, mu0, mut, cov0, covt, rule):
+    """(E f, ∂E f/∂θ) over N(μ(θ), Σ(θ)) of integrand 1 (outputs [f, ∇f, upper ∇²f]) on the tensor rule of
     the 1-d ``rule`` in P's 1 direction(s): the node loop written out (``emit.kernel_loops``)."""
     nodes, weights = rule
     Amap, xmean, Wh = _rt.node_map(P, mu0, mut, cov0, covt, theta)
     r, nv, n = 1, 2, nodes.shape[0]
     emean = np.exp(xmean)                               # e_i = exp(x̄_i) Π_a exp(A_ia z_a)
-    etab = np.empty((nv, r, n))
-    for i in range(nv):
-        for a in range(r):
-            for m in range(n):
-                etab[i, a, m] = math.exp(Amap[i, a] * nodes[m])
+    etab = _rt.exp_table(Amap, nodes)
     acc0 = 0.0
     acc1 = 0.0
     acc2 = 0.0
@@ -222,19 +258,89 @@ def _expect_0(theta, P, mu0, mut, cov0, covt, rule):
     return _rt.finish(1, acc, Hy, P, mut, covt)
 
 
-@njit(cache=True, error_model="numpy")    # inf/nan, not an exception, on a division by 0
-def _expect_1(theta, P, mu0, mut, cov0, covt, rule):
-    """(E f, ∂E f/∂θ) over N(μ(θ), Σ(θ)) of integrand 1 (outputs [f, ∇f, upper ∇²f]) on the tensor rule of
+@njit(cache=True, error_model="numpy", fastmath={"reassoc", "nsz"})    # inf/nan, not an exception, on a division by 0
+def _expect_2(theta, P, mu0, mut, cov0, covt, rule):
+    """(E f, ∂E f/∂θ) over N(μ(θ), Σ(θ)) of integrand 2 (outputs [f, ∇f], E∇²f by Stein's lemma; NaN when Σ_y is ill-conditioned) on the tensor rule of
+    the 1-d ``rule`` in P's 2 direction(s): the node loop written out (``emit.kernel_loops``)."""
+    nodes, weights = rule
+    Amap, xmean, Wh, ratio = _rt.node_map_conditioned(P, mu0, mut, cov0, covt, theta)
+    if ratio <= _rt.STEIN_CONDITION:                 # Stein's lemma would divide by a near-null Σ_y
+        return math.nan, np.zeros(mut.shape[0])
+    r, nv, n = 2, 4, nodes.shape[0]
+    emean = np.exp(xmean)                               # e_i = exp(x̄_i) Π_a exp(A_ia z_a)
+    etab = _rt.exp_table(Amap, nodes)
+    acc0 = 0.0
+    acc1 = 0.0
+    acc2 = 0.0
+    acc3 = 0.0
+    acc4 = 0.0
+    hy00 = 0.0
+    hy01 = 0.0
+    hy10 = 0.0
+    hy11 = 0.0
+    for i0 in range(n):
+        z0 = nodes[i0]
+        w0 = weights[i0]
+        p0_0 = emean[0] * etab[0, 0, i0]
+        p1_0 = emean[1] * etab[1, 0, i0]
+        p2_0 = emean[2] * etab[2, 0, i0]
+        p3_0 = emean[3] * etab[3, 0, i0]
+        for i1 in range(n):
+            z1 = nodes[i1]
+            w1 = w0 * weights[i1]
+            p0_1 = p0_0 * etab[0, 1, i1]
+            p1_1 = p1_0 * etab[1, 1, i1]
+            p2_1 = p2_0 * etab[2, 1, i1]
+            p3_1 = p3_0 * etab[3, 1, i1]
+            e0 = p0_1
+            e1 = p1_1
+            e2 = p2_1
+            e3 = p3_1
+            c0 = e0 + e2
+            c1 = 1/c0
+            c2 = e1 + e3
+            c3 = 1/c2
+            c4 = c1*c3
+            c5 = e0*e1
+            c6 = c4*c5
+            c7 = e2*e3
+            c8 = c4*c7
+            c9 = -c6
+            c10 = c3/c0**2
+            c11 = c1/c2**2
+            c12 = -c8
+            o0 = -c6 - c8
+            o1 = c10*c7*e0 + c10*e0**2*e1 + c9
+            o2 = c11*c7*e1 + c11*e0*e1**2 + c9
+            o3 = c10*c5*e2 + c10*e2**2*e3 + c12
+            o4 = c11*c5*e3 + c11*e2*e3**2 + c12
+            acc0 += w1 * o0
+            acc1 += w1 * o1
+            acc2 += w1 * o2
+            acc3 += w1 * o3
+            acc4 += w1 * o4
+            pg0 = P[0, 0] * o1 + P[0, 1] * o2 + P[0, 2] * o3 + P[0, 3] * o4
+            wz0 = Wh[0, 0] * z0 + Wh[0, 1] * z1
+            pg1 = P[1, 0] * o1 + P[1, 1] * o2 + P[1, 2] * o3 + P[1, 3] * o4
+            wz1 = Wh[1, 0] * z0 + Wh[1, 1] * z1
+            hy00 += w1 * pg0 * wz0
+            hy01 += w1 * pg0 * wz1
+            hy10 += w1 * pg1 * wz0
+            hy11 += w1 * pg1 * wz1
+    acc = np.array([acc0, acc1, acc2, acc3, acc4])
+    Hy = np.array([[hy00, hy01], [hy10, hy11]])
+    return _rt.finish(2, acc, Hy, P, mut, covt)
+
+
+@njit(cache=True, error_model="numpy", fastmath={"reassoc", "nsz"})    # inf/nan, not an exception, on a division by 0
+def _expect_3(theta, P, mu0, mut, cov0, covt, rule):
+    """(E f, ∂E f/∂θ) over N(μ(θ), Σ(θ)) of integrand 3 (outputs [f, ∇f, upper ∇²f]) on the tensor rule of
     the 1-d ``rule`` in P's 2 direction(s): the node loop written out (``emit.kernel_loops``)."""
     nodes, weights = rule
     Amap, xmean, Wh = _rt.node_map(P, mu0, mut, cov0, covt, theta)
     r, nv, n = 2, 4, nodes.shape[0]
     emean = np.exp(xmean)                               # e_i = exp(x̄_i) Π_a exp(A_ia z_a)
-    etab = np.empty((nv, r, n))
-    for i in range(nv):
-        for a in range(r):
-            for m in range(n):
-                etab[i, a, m] = math.exp(Amap[i, a] * nodes[m])
+    etab = _rt.exp_table(Amap, nodes)
     acc0 = 0.0
     acc1 = 0.0
     acc2 = 0.0
@@ -339,18 +445,14 @@ def _expect_1(theta, P, mu0, mut, cov0, covt, rule):
 
 
 @njit(cache=True, error_model="numpy")    # inf/nan, not an exception, on a division by 0
-def _expect_2(theta, P, mu0, mut, cov0, covt, rule):
-    """(E f, ∂E f/∂θ) over N(μ(θ), Σ(θ)) of integrand 2 (outputs [f]) on the tensor rule of
+def _expect_4(theta, P, mu0, mut, cov0, covt, rule):
+    """(E f, ∂E f/∂θ) over N(μ(θ), Σ(θ)) of integrand 4 (outputs [f]) on the tensor rule of
     the 1-d ``rule`` in P's 2 direction(s): the node loop written out (``emit.kernel_loops``)."""
     nodes, weights = rule
     Amap, xmean, Wh = _rt.node_map(P, mu0, mut, cov0, covt, theta)
     r, nv, n = 2, 4, nodes.shape[0]
     emean = np.exp(xmean)                               # e_i = exp(x̄_i) Π_a exp(A_ia z_a)
-    etab = np.empty((nv, r, n))
-    for i in range(nv):
-        for a in range(r):
-            for m in range(n):
-                etab[i, a, m] = math.exp(Amap[i, a] * nodes[m])
+    etab = _rt.exp_table(Amap, nodes)
     acc0 = 0.0
     for i0 in range(n):
         z0 = nodes[i0]
@@ -393,18 +495,14 @@ def _expect_2(theta, P, mu0, mut, cov0, covt, rule):
 
 
 @njit(cache=True, error_model="numpy")    # inf/nan, not an exception, on a division by 0
-def _expect_3(theta, P, mu0, mut, cov0, covt, rule):
-    """(E f, ∂E f/∂θ) over N(μ(θ), Σ(θ)) of integrand 3 (outputs [f]) on the tensor rule of
+def _expect_5(theta, P, mu0, mut, cov0, covt, rule):
+    """(E f, ∂E f/∂θ) over N(μ(θ), Σ(θ)) of integrand 5 (outputs [f]) on the tensor rule of
     the 1-d ``rule`` in P's 4 direction(s): the node loop written out (``emit.kernel_loops``)."""
     nodes, weights = rule
     Amap, xmean, Wh = _rt.node_map(P, mu0, mut, cov0, covt, theta)
     r, nv, n = 4, 8, nodes.shape[0]
     emean = np.exp(xmean)                               # e_i = exp(x̄_i) Π_a exp(A_ia z_a)
-    etab = np.empty((nv, r, n))
-    for i in range(nv):
-        for a in range(r):
-            for m in range(n):
-                etab[i, a, m] = math.exp(Amap[i, a] * nodes[m])
+    etab = _rt.exp_table(Amap, nodes)
     acc0 = 0.0
     for i0 in range(n):
         z0 = nodes[i0]
@@ -478,18 +576,14 @@ def _expect_3(theta, P, mu0, mut, cov0, covt, rule):
 
 
 @njit(cache=True, error_model="numpy")    # inf/nan, not an exception, on a division by 0
-def _expect_4(theta, P, mu0, mut, cov0, covt, rule):
-    """(E f, ∂E f/∂θ) over N(μ(θ), Σ(θ)) of integrand 4 (outputs [f]) on the tensor rule of
+def _expect_6(theta, P, mu0, mut, cov0, covt, rule):
+    """(E f, ∂E f/∂θ) over N(μ(θ), Σ(θ)) of integrand 6 (outputs [f]) on the tensor rule of
     the 1-d ``rule`` in P's 2 direction(s): the node loop written out (``emit.kernel_loops``)."""
     nodes, weights = rule
     Amap, xmean, Wh = _rt.node_map(P, mu0, mut, cov0, covt, theta)
     r, nv, n = 2, 4, nodes.shape[0]
     emean = np.exp(xmean)                               # e_i = exp(x̄_i) Π_a exp(A_ia z_a)
-    etab = np.empty((nv, r, n))
-    for i in range(nv):
-        for a in range(r):
-            for m in range(n):
-                etab[i, a, m] = math.exp(Amap[i, a] * nodes[m])
+    etab = _rt.exp_table(Amap, nodes)
     acc0 = 0.0
     for i0 in range(n):
         z0 = nodes[i0]
@@ -552,7 +646,7 @@ def _closed_phi(t):
     return out
 
 
-# quadrature term phi0: variables G_1_1_1, G_1_2_1; 1 effective dimension(s), 63 nodes per dimension, integrand 0
+# quadrature term phi0: variables G_1_1_1, G_1_2_1; 1 effective dimension(s), 47 nodes per dimension, integrand 0
 _P_phi0 = np.array([[0.70710678118655, -0.70710678118655]], dtype=np.float64)
 _MU0_phi0 = np.array([0.0, 0.0], dtype=np.float64)
 _MUT_phi0 = np.array([[0.0, 0.0], [0.0, 0.0], [0.0, 0.0]], dtype=np.float64)
@@ -568,7 +662,7 @@ _COV0_phi1 = np.array([[0.0, 0.0], [0.0, 0.0]], dtype=np.float64)
 _COVT_phi1 = np.array([[[0.0, 0.0], [0.0, 0.0]], [[0.0, 0.0], [0.0, 0.0]], [[2.0, 0.0], [0.0, 1.0]]], dtype=np.float64)
 
 
-# quadrature term phi2: variables G_1_1_1, G_1_1_2, G_1_2_1, G_1_2_2; 2 effective dimension(s), 47 nodes per dimension, integrand 1
+# quadrature term phi2: variables G_1_1_1, G_1_1_2, G_1_2_1, G_1_2_2; 2 effective dimension(s), 47 nodes per dimension, integrand 2
 _P_phi2 = np.array([[0.70710678118655, 0.0, -0.70710678118655, 0.0], [0.0, 0.70710678118655, 0.0, -0.70710678118655]], dtype=np.float64)
 _MU0_phi2 = np.array([0.0, 0.0, 0.0, 0.0], dtype=np.float64)
 _MUT_phi2 = np.array([[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]], dtype=np.float64)
@@ -576,7 +670,7 @@ _COV0_phi2 = np.array([[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.
 _COVT_phi2 = np.array([[[2.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0]], [[0.0, 2.0, 0.0, 0.0], [2.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0], [0.0, 0.0, 1.0, 0.0]], [[0.0, 0.0, 0.0, 0.0], [0.0, 2.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0]]], dtype=np.float64)
 
 
-# quadrature term phi3: variables G_2_1_1, G_2_2_1; 1 effective dimension(s), 63 nodes per dimension, integrand 0
+# quadrature term phi3: variables G_2_1_1, G_2_2_1; 1 effective dimension(s), 47 nodes per dimension, integrand 0
 _P_phi3 = np.array([[0.70710678118655, -0.70710678118655]], dtype=np.float64)
 _MU0_phi3 = np.array([0.0, 0.0], dtype=np.float64)
 _MUT_phi3 = np.array([[0.0, 0.0], [0.0, 0.0], [0.0, 0.0]], dtype=np.float64)
@@ -592,7 +686,7 @@ _COV0_phi4 = np.array([[0.0, 0.0], [0.0, 0.0]], dtype=np.float64)
 _COVT_phi4 = np.array([[[0.0, 0.0], [0.0, 0.0]], [[0.0, 0.0], [0.0, 0.0]], [[1.0, 0.0], [0.0, 2.0]]], dtype=np.float64)
 
 
-# quadrature term phi5: variables G_2_1_1, G_2_1_2, G_2_2_1, G_2_2_2; 2 effective dimension(s), 47 nodes per dimension, integrand 1
+# quadrature term phi5: variables G_2_1_1, G_2_1_2, G_2_2_1, G_2_2_2; 2 effective dimension(s), 47 nodes per dimension, integrand 2
 _P_phi5 = np.array([[0.70710678118655, 0.0, -0.70710678118655, 0.0], [0.0, 0.70710678118655, 0.0, -0.70710678118655]], dtype=np.float64)
 _MU0_phi5 = np.array([0.0, 0.0, 0.0, 0.0], dtype=np.float64)
 _MUT_phi5 = np.array([[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]], dtype=np.float64)
@@ -604,22 +698,34 @@ def phi_and_grad(theta, s2):
     out = _closed_phi(_with_label_noise(theta, s2))
     val = out[0]
     grad = out[1:].copy()
-    f, g = _expect_0(theta, _P_phi0, _MU0_phi0, _MUT_phi0, _COV0_phi0, _COVT_phi0, _RULE_T63_6570)
+    f, g = _expect_0(theta, _P_phi0, _MU0_phi0, _MUT_phi0, _COV0_phi0, _COVT_phi0, _RULE_T47_6570)
+    if f != f:                            # ill-conditioned Σ_y (or a NaN integrand)
+        f, g = _expect_1(theta, _P_phi0, _MU0_phi0, _MUT_phi0, _COV0_phi0, _COVT_phi0, _RULE_T47_6570)
     val += f
     grad += g
     f, g = _expect_0(theta, _P_phi1, _MU0_phi1, _MUT_phi1, _COV0_phi1, _COVT_phi1, _RULE_T35_6570)
+    if f != f:                            # ill-conditioned Σ_y (or a NaN integrand)
+        f, g = _expect_1(theta, _P_phi1, _MU0_phi1, _MUT_phi1, _COV0_phi1, _COVT_phi1, _RULE_T35_6570)
     val += f
     grad += g
-    f, g = _expect_1(theta, _P_phi2, _MU0_phi2, _MUT_phi2, _COV0_phi2, _COVT_phi2, _RULE_T47_6570)
+    f, g = _expect_2(theta, _P_phi2, _MU0_phi2, _MUT_phi2, _COV0_phi2, _COVT_phi2, _RULE_T47_6570)
+    if f != f:                            # ill-conditioned Σ_y (or a NaN integrand)
+        f, g = _expect_3(theta, _P_phi2, _MU0_phi2, _MUT_phi2, _COV0_phi2, _COVT_phi2, _RULE_T47_6570)
     val += f
     grad += g
-    f, g = _expect_0(theta, _P_phi3, _MU0_phi3, _MUT_phi3, _COV0_phi3, _COVT_phi3, _RULE_T63_6570)
+    f, g = _expect_0(theta, _P_phi3, _MU0_phi3, _MUT_phi3, _COV0_phi3, _COVT_phi3, _RULE_T47_6570)
+    if f != f:                            # ill-conditioned Σ_y (or a NaN integrand)
+        f, g = _expect_1(theta, _P_phi3, _MU0_phi3, _MUT_phi3, _COV0_phi3, _COVT_phi3, _RULE_T47_6570)
     val += f
     grad += g
     f, g = _expect_0(theta, _P_phi4, _MU0_phi4, _MUT_phi4, _COV0_phi4, _COVT_phi4, _RULE_T35_6570)
+    if f != f:                            # ill-conditioned Σ_y (or a NaN integrand)
+        f, g = _expect_1(theta, _P_phi4, _MU0_phi4, _MUT_phi4, _COV0_phi4, _COVT_phi4, _RULE_T35_6570)
     val += f
     grad += g
-    f, g = _expect_1(theta, _P_phi5, _MU0_phi5, _MUT_phi5, _COV0_phi5, _COVT_phi5, _RULE_T47_6570)
+    f, g = _expect_2(theta, _P_phi5, _MU0_phi5, _MUT_phi5, _COV0_phi5, _COVT_phi5, _RULE_T47_6570)
+    if f != f:                            # ill-conditioned Σ_y (or a NaN integrand)
+        f, g = _expect_3(theta, _P_phi5, _MU0_phi5, _MUT_phi5, _COV0_phi5, _COVT_phi5, _RULE_T47_6570)
     val += f
     grad += g
     return val, grad
@@ -635,7 +741,7 @@ def _closed_nu00(t):
     return out
 
 
-# quadrature term nu000: variables G_1_1_1, G_1_1_2, G_1_2_1, G_1_2_2; 2 effective dimension(s), 19 nodes per dimension, integrand 2
+# quadrature term nu000: variables G_1_1_1, G_1_1_2, G_1_2_1, G_1_2_2; 2 effective dimension(s), 19 nodes per dimension, integrand 4
 _P_nu000 = np.array([[0.70710678118655, 0.0, -0.70710678118655, 0.0], [0.0, 0.70710678118655, 0.0, -0.70710678118655]], dtype=np.float64)
 _MU0_nu000 = np.array([0.0, 0.0, 0.0, 0.0], dtype=np.float64)
 _MUT_nu000 = np.array([[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]], dtype=np.float64)
@@ -643,7 +749,7 @@ _COV0_nu000 = np.array([[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0
 _COVT_nu000 = np.array([[[2.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0]], [[0.0, 2.0, 0.0, 0.0], [2.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0], [0.0, 0.0, 1.0, 0.0]], [[0.0, 0.0, 0.0, 0.0], [0.0, 2.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0]]], dtype=np.float64)
 
 
-# quadrature term nu001: variables G_1_1_1, G_1_1_2, G_1_2_1, G_1_2_2, G_2_1_1, G_2_1_2, G_2_2_1, G_2_2_2; 4 effective dimension(s), 9 nodes per dimension, integrand 3
+# quadrature term nu001: variables G_1_1_1, G_1_1_2, G_1_2_1, G_1_2_2, G_2_1_1, G_2_1_2, G_2_2_1, G_2_2_2; 4 effective dimension(s), 9 nodes per dimension, integrand 5
 _P_nu001 = np.array([[0.70710678118655, 0.0, -0.70710678118655, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.70710678118655, 0.0, -0.70710678118655, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.70710678118655, 0.0, -0.70710678118655, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.70710678118655, 0.0, -0.70710678118655]], dtype=np.float64)
 _MU0_nu001 = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], dtype=np.float64)
 _MUT_nu001 = np.array([[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]], dtype=np.float64)
@@ -651,7 +757,7 @@ _COV0_nu001 = np.array([[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0
 _COVT_nu001 = np.array([[[2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]], [[0.0, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0, 0.0]], [[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0]]], dtype=np.float64)
 
 
-# quadrature term nu002: variables G_2_1_1, G_2_1_2, G_2_2_1, G_2_2_2; 2 effective dimension(s), 19 nodes per dimension, integrand 4
+# quadrature term nu002: variables G_2_1_1, G_2_1_2, G_2_2_1, G_2_2_2; 2 effective dimension(s), 19 nodes per dimension, integrand 6
 _P_nu002 = np.array([[0.70710678118655, 0.0, -0.70710678118655, 0.0], [0.0, 0.70710678118655, 0.0, -0.70710678118655]], dtype=np.float64)
 _MU0_nu002 = np.array([0.0, 0.0, 0.0, 0.0], dtype=np.float64)
 _MUT_nu002 = np.array([[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]], dtype=np.float64)
@@ -662,16 +768,15 @@ _COVT_nu002 = np.array([[[1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 
 def nu_0_0(theta, s2):
     out = _closed_nu00(_with_label_noise(theta, s2))
     val = out[0]
-    val += _expect_2(theta, _P_nu000, _MU0_nu000, _MUT_nu000, _COV0_nu000, _COVT_nu000, _RULE_T19_4297)[0]
-    val += _expect_3(theta, _P_nu001, _MU0_nu001, _MUT_nu001, _COV0_nu001, _COVT_nu001, _RULE_T9_4297)[0]
-    val += _expect_4(theta, _P_nu002, _MU0_nu002, _MUT_nu002, _COV0_nu002, _COVT_nu002, _RULE_T19_4297)[0]
+    val += _expect_4(theta, _P_nu000, _MU0_nu000, _MUT_nu000, _COV0_nu000, _COVT_nu000, _RULE_T19_4297)[0]
+    val += _expect_5(theta, _P_nu001, _MU0_nu001, _MUT_nu001, _COV0_nu001, _COVT_nu001, _RULE_T9_4297)[0]
+    val += _expect_6(theta, _P_nu002, _MU0_nu002, _MUT_nu002, _COV0_nu002, _COVT_nu002, _RULE_T19_4297)[0]
     return val
 
 
-def coefficients_at(mu, theta, params):
-    """coef[key] of the sparse terms at state mu and order parameters theta (the slaved means solved);
-    params = [γ, ε, s², non-polynomial ν...]."""
-    phi, g = phi_and_grad(theta, params[2])
+@njit(cache=True)
+def _fill_coefficients(mu, theta, g, params):
+    """coef[key] from ∂Φ/∂θ = g at state mu and order parameters theta; params = [γ, ε, s², non-polynomial ν...]."""
     coef = np.zeros(7)
     GO = np.zeros((2, 2))
     GP = np.zeros((2, 2))
@@ -692,6 +797,12 @@ def coefficients_at(mu, theta, params):
     coef[5] = Gamma[1, 1]
     coef[6] = params[1] * params[3]
     return coef
+
+
+def coefficients_at(mu, theta, params):
+    """coef[key] of the sparse terms at state mu and order parameters theta (the slaved means solved)."""
+    phi, g = phi_and_grad(theta, params[2])
+    return _fill_coefficients(mu, theta, g, params)
 
 
 def coefficients(mu, params):
