@@ -226,10 +226,10 @@ def quad_term_code(tag, term, order, gradient, kernels: dict):
             f"_MU0_{tag} = {array_literal(term.mu0)}",
             f"_MUT_{tag} = {array_literal(term.mu_theta)}",
             f"_COV0_{tag} = {array_literal(term.cov0)}",
-            f"_COVT_{tag} = {array_literal(term.cov_theta)}\n"]
-    args = (f"(theta, _P_{tag}, _MU0_{tag}, _MUT_{tag}, _COV0_{tag}, _COVT_{tag}, "
-            f"{rule_name(n, kind, term.half_width)})")
-    calls = [f"_expect_{fid}{args}" for fid in fids]
+            f"_COVT_{tag} = {array_literal(term.cov_theta)}",
+            f"_D_{tag} = _rt.pack(_P_{tag}, _MU0_{tag}, _MUT_{tag}, _COV0_{tag}, _COVT_{tag}, "
+            f"{rule_name(n, kind, term.half_width)})\n"]
+    calls = [f"_expect_{fid}(theta, _D_{tag})" for fid in fids]
     return "\n".join(src), calls if gradient else [calls[0] + "[0]"]
 
 

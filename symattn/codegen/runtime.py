@@ -11,5 +11,7 @@ from ..symbolic.quadrature_rule import (  # noqa: F401
     jacobi,
     node_map,
     node_map_conditioned,
+    pack,
     rule_1d,
+    unpack,
 )
