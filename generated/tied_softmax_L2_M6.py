@@ -164,10 +164,11 @@ _RULE_T47_6570 = _rt.rule_1d(47, 6.56970851754059, 'trapezoid')
 # ---- compiled quadrature kernels ----
 
 @njit(cache=True, error_model="numpy", fastmath={"reassoc", "nsz"})    # inf/nan, not an exception, on a division by 0
-def _expect_0(theta, P, mu0, mut, cov0, covt, rule):
+def _expect_0(theta, data):
     """(E f, ∂E f/∂θ) over N(μ(θ), Σ(θ)) of integrand 0 (outputs [f, ∇f], E∇²f by Stein's lemma; NaN when Σ_y is ill-conditioned) on the tensor rule of
-    the 1-d ``rule`` in P's 1 direction(s): the node loop written out (``emit.kernel_loops``)."""
-    nodes, weights = rule
+    a 1-d rule in P's 1 direction(s), the term's P, μ, Σ and rule packed in ``data`` (``_rt.pack``):
+    the node loop written out (``emit.kernel_loops``)."""
+    P, mu0, mut, cov0, covt, nodes, weights = _rt.unpack(data, 1, 2, theta.shape[0])
     Amap, xmean, Wh, ratio = _rt.node_map_conditioned(P, mu0, mut, cov0, covt, theta)
     if ratio <= _rt.STEIN_CONDITION:                 # Stein's lemma would divide by a near-null Σ_y
         return math.nan, np.zeros(mut.shape[0])
@@ -205,10 +206,11 @@ def _expect_0(theta, P, mu0, mut, cov0, covt, rule):
 
 
 @njit(cache=True, error_model="numpy", fastmath={"reassoc", "nsz"})    # inf/nan, not an exception, on a division by 0
-def _expect_1(theta, P, mu0, mut, cov0, covt, rule):
+def _expect_1(theta, data):
     """(E f, ∂E f/∂θ) over N(μ(θ), Σ(θ)) of integrand 1 (outputs [f, ∇f, upper ∇²f]) on the tensor rule of
-    the 1-d ``rule`` in P's 1 direction(s): the node loop written out (``emit.kernel_loops``)."""
-    nodes, weights = rule
+    a 1-d rule in P's 1 direction(s), the term's P, μ, Σ and rule packed in ``data`` (``_rt.pack``):
+    the node loop written out (``emit.kernel_loops``)."""
+    P, mu0, mut, cov0, covt, nodes, weights = _rt.unpack(data, 1, 2, theta.shape[0])
     Amap, xmean, Wh = _rt.node_map(P, mu0, mut, cov0, covt, theta)
     r, nv, n = 1, 2, nodes.shape[0]
     emean = np.exp(xmean)                               # e_i = exp(x̄_i) Π_a exp(A_ia z_a)
@@ -259,10 +261,11 @@ def _expect_1(theta, P, mu0, mut, cov0, covt, rule):
 
 
 @njit(cache=True, error_model="numpy", fastmath={"reassoc", "nsz"})    # inf/nan, not an exception, on a division by 0
-def _expect_2(theta, P, mu0, mut, cov0, covt, rule):
+def _expect_2(theta, data):
     """(E f, ∂E f/∂θ) over N(μ(θ), Σ(θ)) of integrand 2 (outputs [f, ∇f], E∇²f by Stein's lemma; NaN when Σ_y is ill-conditioned) on the tensor rule of
-    the 1-d ``rule`` in P's 2 direction(s): the node loop written out (``emit.kernel_loops``)."""
-    nodes, weights = rule
+    a 1-d rule in P's 2 direction(s), the term's P, μ, Σ and rule packed in ``data`` (``_rt.pack``):
+    the node loop written out (``emit.kernel_loops``)."""
+    P, mu0, mut, cov0, covt, nodes, weights = _rt.unpack(data, 2, 4, theta.shape[0])
     Amap, xmean, Wh, ratio = _rt.node_map_conditioned(P, mu0, mut, cov0, covt, theta)
     if ratio <= _rt.STEIN_CONDITION:                 # Stein's lemma would divide by a near-null Σ_y
         return math.nan, np.zeros(mut.shape[0])
@@ -333,10 +336,11 @@ def _expect_2(theta, P, mu0, mut, cov0, covt, rule):
 
 
 @njit(cache=True, error_model="numpy", fastmath={"reassoc", "nsz"})    # inf/nan, not an exception, on a division by 0
-def _expect_3(theta, P, mu0, mut, cov0, covt, rule):
+def _expect_3(theta, data):
     """(E f, ∂E f/∂θ) over N(μ(θ), Σ(θ)) of integrand 3 (outputs [f, ∇f, upper ∇²f]) on the tensor rule of
-    the 1-d ``rule`` in P's 2 direction(s): the node loop written out (``emit.kernel_loops``)."""
-    nodes, weights = rule
+    a 1-d rule in P's 2 direction(s), the term's P, μ, Σ and rule packed in ``data`` (``_rt.pack``):
+    the node loop written out (``emit.kernel_loops``)."""
+    P, mu0, mut, cov0, covt, nodes, weights = _rt.unpack(data, 2, 4, theta.shape[0])
     Amap, xmean, Wh = _rt.node_map(P, mu0, mut, cov0, covt, theta)
     r, nv, n = 2, 4, nodes.shape[0]
     emean = np.exp(xmean)                               # e_i = exp(x̄_i) Π_a exp(A_ia z_a)
@@ -445,10 +449,11 @@ def _expect_3(theta, P, mu0, mut, cov0, covt, rule):
 
 
 @njit(cache=True, error_model="numpy")    # inf/nan, not an exception, on a division by 0
-def _expect_4(theta, P, mu0, mut, cov0, covt, rule):
+def _expect_4(theta, data):
     """(E f, ∂E f/∂θ) over N(μ(θ), Σ(θ)) of integrand 4 (outputs [f]) on the tensor rule of
-    the 1-d ``rule`` in P's 2 direction(s): the node loop written out (``emit.kernel_loops``)."""
-    nodes, weights = rule
+    a 1-d rule in P's 2 direction(s), the term's P, μ, Σ and rule packed in ``data`` (``_rt.pack``):
+    the node loop written out (``emit.kernel_loops``)."""
+    P, mu0, mut, cov0, covt, nodes, weights = _rt.unpack(data, 2, 4, theta.shape[0])
     Amap, xmean, Wh = _rt.node_map(P, mu0, mut, cov0, covt, theta)
     r, nv, n = 2, 4, nodes.shape[0]
     emean = np.exp(xmean)                               # e_i = exp(x̄_i) Π_a exp(A_ia z_a)
@@ -495,10 +500,11 @@ def _expect_4(theta, P, mu0, mut, cov0, covt, rule):
 
 
 @njit(cache=True, error_model="numpy")    # inf/nan, not an exception, on a division by 0
-def _expect_5(theta, P, mu0, mut, cov0, covt, rule):
+def _expect_5(theta, data):
     """(E f, ∂E f/∂θ) over N(μ(θ), Σ(θ)) of integrand 5 (outputs [f]) on the tensor rule of
-    the 1-d ``rule`` in P's 4 direction(s): the node loop written out (``emit.kernel_loops``)."""
-    nodes, weights = rule
+    a 1-d rule in P's 4 direction(s), the term's P, μ, Σ and rule packed in ``data`` (``_rt.pack``):
+    the node loop written out (``emit.kernel_loops``)."""
+    P, mu0, mut, cov0, covt, nodes, weights = _rt.unpack(data, 4, 8, theta.shape[0])
     Amap, xmean, Wh = _rt.node_map(P, mu0, mut, cov0, covt, theta)
     r, nv, n = 4, 8, nodes.shape[0]
     emean = np.exp(xmean)                               # e_i = exp(x̄_i) Π_a exp(A_ia z_a)
@@ -576,10 +582,11 @@ def _expect_5(theta, P, mu0, mut, cov0, covt, rule):
 
 
 @njit(cache=True, error_model="numpy")    # inf/nan, not an exception, on a division by 0
-def _expect_6(theta, P, mu0, mut, cov0, covt, rule):
+def _expect_6(theta, data):
     """(E f, ∂E f/∂θ) over N(μ(θ), Σ(θ)) of integrand 6 (outputs [f]) on the tensor rule of
-    the 1-d ``rule`` in P's 2 direction(s): the node loop written out (``emit.kernel_loops``)."""
-    nodes, weights = rule
+    a 1-d rule in P's 2 direction(s), the term's P, μ, Σ and rule packed in ``data`` (``_rt.pack``):
+    the node loop written out (``emit.kernel_loops``)."""
+    P, mu0, mut, cov0, covt, nodes, weights = _rt.unpack(data, 2, 4, theta.shape[0])
     Amap, xmean, Wh = _rt.node_map(P, mu0, mut, cov0, covt, theta)
     r, nv, n = 2, 4, nodes.shape[0]
     emean = np.exp(xmean)                               # e_i = exp(x̄_i) Π_a exp(A_ia z_a)
@@ -652,6 +659,7 @@ _MU0_phi0 = np.array([0.0, 0.0], dtype=np.float64)
 _MUT_phi0 = np.array([[0.0, 0.0], [0.0, 0.0], [0.0, 0.0]], dtype=np.float64)
 _COV0_phi0 = np.array([[0.0, 0.0], [0.0, 0.0]], dtype=np.float64)
 _COVT_phi0 = np.array([[[2.0, 0.0], [0.0, 1.0]], [[0.0, 0.0], [0.0, 0.0]], [[0.0, 0.0], [0.0, 0.0]]], dtype=np.float64)
+_D_phi0 = _rt.pack(_P_phi0, _MU0_phi0, _MUT_phi0, _COV0_phi0, _COVT_phi0, _RULE_T47_6570)
 
 
 # quadrature term phi1: variables G_1_1_2, G_1_2_2; 1 effective dimension(s), 35 nodes per dimension, integrand 0
@@ -660,6 +668,7 @@ _MU0_phi1 = np.array([0.0, 0.0], dtype=np.float64)
 _MUT_phi1 = np.array([[0.0, 0.0], [0.0, 0.0], [0.0, 0.0]], dtype=np.float64)
 _COV0_phi1 = np.array([[0.0, 0.0], [0.0, 0.0]], dtype=np.float64)
 _COVT_phi1 = np.array([[[0.0, 0.0], [0.0, 0.0]], [[0.0, 0.0], [0.0, 0.0]], [[2.0, 0.0], [0.0, 1.0]]], dtype=np.float64)
+_D_phi1 = _rt.pack(_P_phi1, _MU0_phi1, _MUT_phi1, _COV0_phi1, _COVT_phi1, _RULE_T35_6570)
 
 
 # quadrature term phi2: variables G_1_1_1, G_1_1_2, G_1_2_1, G_1_2_2; 2 effective dimension(s), 47 nodes per dimension, integrand 2
@@ -668,6 +677,7 @@ _MU0_phi2 = np.array([0.0, 0.0, 0.0, 0.0], dtype=np.float64)
 _MUT_phi2 = np.array([[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]], dtype=np.float64)
 _COV0_phi2 = np.array([[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]], dtype=np.float64)
 _COVT_phi2 = np.array([[[2.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0]], [[0.0, 2.0, 0.0, 0.0], [2.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0], [0.0, 0.0, 1.0, 0.0]], [[0.0, 0.0, 0.0, 0.0], [0.0, 2.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0]]], dtype=np.float64)
+_D_phi2 = _rt.pack(_P_phi2, _MU0_phi2, _MUT_phi2, _COV0_phi2, _COVT_phi2, _RULE_T47_6570)
 
 
 # quadrature term phi3: variables G_2_1_1, G_2_2_1; 1 effective dimension(s), 47 nodes per dimension, integrand 0
@@ -676,6 +686,7 @@ _MU0_phi3 = np.array([0.0, 0.0], dtype=np.float64)
 _MUT_phi3 = np.array([[0.0, 0.0], [0.0, 0.0], [0.0, 0.0]], dtype=np.float64)
 _COV0_phi3 = np.array([[0.0, 0.0], [0.0, 0.0]], dtype=np.float64)
 _COVT_phi3 = np.array([[[1.0, 0.0], [0.0, 2.0]], [[0.0, 0.0], [0.0, 0.0]], [[0.0, 0.0], [0.0, 0.0]]], dtype=np.float64)
+_D_phi3 = _rt.pack(_P_phi3, _MU0_phi3, _MUT_phi3, _COV0_phi3, _COVT_phi3, _RULE_T47_6570)
 
 
 # quadrature term phi4: variables G_2_1_2, G_2_2_2; 1 effective dimension(s), 35 nodes per dimension, integrand 0
@@ -684,6 +695,7 @@ _MU0_phi4 = np.array([0.0, 0.0], dtype=np.float64)
 _MUT_phi4 = np.array([[0.0, 0.0], [0.0, 0.0], [0.0, 0.0]], dtype=np.float64)
 _COV0_phi4 = np.array([[0.0, 0.0], [0.0, 0.0]], dtype=np.float64)
 _COVT_phi4 = np.array([[[0.0, 0.0], [0.0, 0.0]], [[0.0, 0.0], [0.0, 0.0]], [[1.0, 0.0], [0.0, 2.0]]], dtype=np.float64)
+_D_phi4 = _rt.pack(_P_phi4, _MU0_phi4, _MUT_phi4, _COV0_phi4, _COVT_phi4, _RULE_T35_6570)
 
 
 # quadrature term phi5: variables G_2_1_1, G_2_1_2, G_2_2_1, G_2_2_2; 2 effective dimension(s), 47 nodes per dimension, integrand 2
@@ -692,40 +704,41 @@ _MU0_phi5 = np.array([0.0, 0.0, 0.0, 0.0], dtype=np.float64)
 _MUT_phi5 = np.array([[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]], dtype=np.float64)
 _COV0_phi5 = np.array([[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]], dtype=np.float64)
 _COVT_phi5 = np.array([[[1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 2.0, 0.0], [0.0, 0.0, 0.0, 0.0]], [[0.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 2.0], [0.0, 0.0, 2.0, 0.0]], [[0.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 2.0]]], dtype=np.float64)
+_D_phi5 = _rt.pack(_P_phi5, _MU0_phi5, _MUT_phi5, _COV0_phi5, _COVT_phi5, _RULE_T47_6570)
 
 
 def phi_and_grad(theta, s2):
     out = _closed_phi(_with_label_noise(theta, s2))
     val = out[0]
     grad = out[1:].copy()
-    f, g = _expect_0(theta, _P_phi0, _MU0_phi0, _MUT_phi0, _COV0_phi0, _COVT_phi0, _RULE_T47_6570)
+    f, g = _expect_0(theta, _D_phi0)
     if f != f:                            # ill-conditioned Σ_y (or a NaN integrand)
-        f, g = _expect_1(theta, _P_phi0, _MU0_phi0, _MUT_phi0, _COV0_phi0, _COVT_phi0, _RULE_T47_6570)
+        f, g = _expect_1(theta, _D_phi0)
     val += f
     grad += g
-    f, g = _expect_0(theta, _P_phi1, _MU0_phi1, _MUT_phi1, _COV0_phi1, _COVT_phi1, _RULE_T35_6570)
+    f, g = _expect_0(theta, _D_phi1)
     if f != f:                            # ill-conditioned Σ_y (or a NaN integrand)
-        f, g = _expect_1(theta, _P_phi1, _MU0_phi1, _MUT_phi1, _COV0_phi1, _COVT_phi1, _RULE_T35_6570)
+        f, g = _expect_1(theta, _D_phi1)
     val += f
     grad += g
-    f, g = _expect_2(theta, _P_phi2, _MU0_phi2, _MUT_phi2, _COV0_phi2, _COVT_phi2, _RULE_T47_6570)
+    f, g = _expect_2(theta, _D_phi2)
     if f != f:                            # ill-conditioned Σ_y (or a NaN integrand)
-        f, g = _expect_3(theta, _P_phi2, _MU0_phi2, _MUT_phi2, _COV0_phi2, _COVT_phi2, _RULE_T47_6570)
+        f, g = _expect_3(theta, _D_phi2)
     val += f
     grad += g
-    f, g = _expect_0(theta, _P_phi3, _MU0_phi3, _MUT_phi3, _COV0_phi3, _COVT_phi3, _RULE_T47_6570)
+    f, g = _expect_0(theta, _D_phi3)
     if f != f:                            # ill-conditioned Σ_y (or a NaN integrand)
-        f, g = _expect_1(theta, _P_phi3, _MU0_phi3, _MUT_phi3, _COV0_phi3, _COVT_phi3, _RULE_T47_6570)
+        f, g = _expect_1(theta, _D_phi3)
     val += f
     grad += g
-    f, g = _expect_0(theta, _P_phi4, _MU0_phi4, _MUT_phi4, _COV0_phi4, _COVT_phi4, _RULE_T35_6570)
+    f, g = _expect_0(theta, _D_phi4)
     if f != f:                            # ill-conditioned Σ_y (or a NaN integrand)
-        f, g = _expect_1(theta, _P_phi4, _MU0_phi4, _MUT_phi4, _COV0_phi4, _COVT_phi4, _RULE_T35_6570)
+        f, g = _expect_1(theta, _D_phi4)
     val += f
     grad += g
-    f, g = _expect_2(theta, _P_phi5, _MU0_phi5, _MUT_phi5, _COV0_phi5, _COVT_phi5, _RULE_T47_6570)
+    f, g = _expect_2(theta, _D_phi5)
     if f != f:                            # ill-conditioned Σ_y (or a NaN integrand)
-        f, g = _expect_3(theta, _P_phi5, _MU0_phi5, _MUT_phi5, _COV0_phi5, _COVT_phi5, _RULE_T47_6570)
+        f, g = _expect_3(theta, _D_phi5)
     val += f
     grad += g
     return val, grad
@@ -747,6 +760,7 @@ _MU0_nu000 = np.array([0.0, 0.0, 0.0, 0.0], dtype=np.float64)
 _MUT_nu000 = np.array([[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]], dtype=np.float64)
 _COV0_nu000 = np.array([[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]], dtype=np.float64)
 _COVT_nu000 = np.array([[[2.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0]], [[0.0, 2.0, 0.0, 0.0], [2.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0], [0.0, 0.0, 1.0, 0.0]], [[0.0, 0.0, 0.0, 0.0], [0.0, 2.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0]]], dtype=np.float64)
+_D_nu000 = _rt.pack(_P_nu000, _MU0_nu000, _MUT_nu000, _COV0_nu000, _COVT_nu000, _RULE_T19_4297)
 
 
 # quadrature term nu001: variables G_1_1_1, G_1_1_2, G_1_2_1, G_1_2_2, G_2_1_1, G_2_1_2, G_2_2_1, G_2_2_2; 4 effective dimension(s), 9 nodes per dimension, integrand 5
@@ -755,6 +769,7 @@ _MU0_nu001 = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], dtype=np.float64
 _MUT_nu001 = np.array([[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]], dtype=np.float64)
 _COV0_nu001 = np.array([[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]], dtype=np.float64)
 _COVT_nu001 = np.array([[[2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]], [[0.0, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0, 0.0]], [[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0]]], dtype=np.float64)
+_D_nu001 = _rt.pack(_P_nu001, _MU0_nu001, _MUT_nu001, _COV0_nu001, _COVT_nu001, _RULE_T9_4297)
 
 
 # quadrature term nu002: variables G_2_1_1, G_2_1_2, G_2_2_1, G_2_2_2; 2 effective dimension(s), 19 nodes per dimension, integrand 6
@@ -763,14 +778,15 @@ _MU0_nu002 = np.array([0.0, 0.0, 0.0, 0.0], dtype=np.float64)
 _MUT_nu002 = np.array([[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]], dtype=np.float64)
 _COV0_nu002 = np.array([[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]], dtype=np.float64)
 _COVT_nu002 = np.array([[[1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 2.0, 0.0], [0.0, 0.0, 0.0, 0.0]], [[0.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 2.0], [0.0, 0.0, 2.0, 0.0]], [[0.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 2.0]]], dtype=np.float64)
+_D_nu002 = _rt.pack(_P_nu002, _MU0_nu002, _MUT_nu002, _COV0_nu002, _COVT_nu002, _RULE_T19_4297)
 
 
 def nu_0_0(theta, s2):
     out = _closed_nu00(_with_label_noise(theta, s2))
     val = out[0]
-    val += _expect_4(theta, _P_nu000, _MU0_nu000, _MUT_nu000, _COV0_nu000, _COVT_nu000, _RULE_T19_4297)[0]
-    val += _expect_5(theta, _P_nu001, _MU0_nu001, _MUT_nu001, _COV0_nu001, _COVT_nu001, _RULE_T9_4297)[0]
-    val += _expect_6(theta, _P_nu002, _MU0_nu002, _MUT_nu002, _COV0_nu002, _COVT_nu002, _RULE_T19_4297)[0]
+    val += _expect_4(theta, _D_nu000)[0]
+    val += _expect_5(theta, _D_nu001)[0]
+    val += _expect_6(theta, _D_nu002)[0]
     return val
 
 
