@@ -14,7 +14,7 @@ import numpy as np
 from ..derivation import system as S
 from ..derivation.means import FD_STEP, algorithm_source
 from ..derivation.noise import noise_expectation_items, quadrature_nu_names
-from .emit import gradient_matrix_lines, module_source, template
+from .emit import gradient_entries, module_source, template
 from .load import cached_module
 
 
@@ -40,23 +40,18 @@ def noise_values_source(system) -> str:
 
 def coefficient_lines(system) -> list:
     """Generated-code version of ``reference.coefficients``: one line (or two) per coefficient rule."""
-    rules = system.coefficient_rules
+    G = gradient_entries(system.potential)
     lines = []
-    if any(c.source in (S.GRADIENT, S.MEAN_FORCE) for c in rules):
-        lines += gradient_matrix_lines(system.potential)
-        if any(c.source == S.GRADIENT and c.args[0] == "Gamma" for c in rules):
-            lines.append("    Gamma = GO + GP")
-    for j, c in enumerate(rules):
+    for j, c in enumerate(system.coefficient_rules):
         if c.source == S.ONE:
             lines.append(f"    coef[{j}] = 1.0")
         elif c.source == S.DECAY:
             lines.append(f"    coef[{j}] = params[0]")
         elif c.source == S.GRADIENT:
-            mat, k, l = c.args
-            lines.append(f"    coef[{j}] = {mat}[{k}, {l}]")
+            lines.append(f"    coef[{j}] = {G[c.args]}")
         elif c.source == S.MEAN_FORCE:
             k, parts, (a, b) = c.args
-            psi = " + ".join(f"{mat}[{k}, {l}] * (mu[{i}] + mu[{i2}])" for mat, l, i, i2 in parts)
+            psi = " + ".join(f"{G[mat, k, l]} * (mu[{i}] + mu[{i2}])" for mat, l, i, i2 in parts)
             lines += [f"    psi = 2.0 * ({psi})", f"    coef[{j}] = -psi / (mu[{a}] + mu[{b}])"]
         elif c.source == S.NOISE:
             lines.append(f"    coef[{j}] = params[1] * {noise_value(c.args[0], system.nu)}")
