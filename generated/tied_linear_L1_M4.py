@@ -144,35 +144,19 @@ def nu_0_0(theta, s2):
 
 
 @njit(cache=True)
-def _fill_coefficients(mu, theta, g, params):
-    """coef[key] from ∂Φ/∂θ = g at state mu and order parameters theta; params = [γ, ε, s², non-polynomial ν...]."""
+def coefficients_at(mu, theta, params):
+    """coef[key] of the sparse terms at state mu and order parameters theta (the slaved means solved);
+    params = [γ, ε, s², non-polynomial ν...]."""
+    phi, g = phi_and_grad(theta, params[2])
     coef = np.zeros(7)
-    GO = np.zeros((2, 2))
-    GP = np.zeros((2, 2))
-    GO[0, 0] = 0.5 * g[0]
-    GP[0, 0] = 0.5 * g[0]
-    GO[0, 1] = 0.5 * 0.5 * g[1]
-    GP[0, 1] = 0.5 * 0.5 * g[1]
-    GO[1, 0] = 0.5 * 0.5 * g[1]
-    GP[1, 0] = 0.5 * 0.5 * g[1]
-    GO[1, 1] = 0.5 * g[2]
-    GP[1, 1] = 0.5 * g[2]
-    Gamma = GO + GP
     coef[0] = 1.0
     coef[1] = params[0]
-    coef[2] = Gamma[0, 0]
-    coef[3] = Gamma[0, 1]
-    coef[4] = Gamma[1, 0]
-    coef[5] = Gamma[1, 1]
+    coef[2] = 1.0 * g[0]
+    coef[3] = 0.5 * g[1]
+    coef[4] = 0.5 * g[1]
+    coef[5] = 1.0 * g[2]
     coef[6] = params[1] * nu_0_0(theta, params[2])
     return coef
-
-
-@njit(cache=True)
-def coefficients_at(mu, theta, params):
-    """coef[key] of the sparse terms at state mu and order parameters theta (the slaved means solved)."""
-    phi, g = phi_and_grad(theta, params[2])
-    return _fill_coefficients(mu, theta, g, params)
 
 
 @njit(cache=True)
@@ -193,4 +177,4 @@ def rhs_terms(mu, coef):
 def rhs(t, mu, params):
     """dμ/dt on package time, a pure function of (t, mu, params); params = [weight decay γ, noise
     ratio ε, label-noise variance s², the non-polynomial ν (``noise_values``) when there are any]."""
-    return rhs_terms(mu, coefficients(mu, params))
+    return rhs_terms(mu, coefficients_at(mu, mu[THETA_WORDS], params))
