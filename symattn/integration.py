@@ -88,12 +88,13 @@ def solve(system, y0, time: float, points: int, epsilon: float = 0.0, rtol=None,
     rtol = rtol or (1e-7 if quad else 1e-9)
     atol = atol or (1e-9 if quad else 1e-12)
     from .codegen.systems import compiled
+    from .reference import law
     from .reference import params as run_params
     mod = compiled(system)
     refresh = bool(epsilon) and hasattr(mod, "noise_values")
     y0 = np.asarray(y0, dtype=float)
-    s2 = system.potential.label_noise
-    params = run_params(system, epsilon, values=mod.noise_values(y0, s2)) if refresh else \
+    lw = law(system)
+    params = run_params(system, epsilon, values=mod.noise_values(y0, lw)) if refresh else \
         run_params(system, epsilon, y0)
     t_eval = time_grid(time, points, log_time)
     last = [None, params]
@@ -105,7 +106,7 @@ def solve(system, y0, time: float, points: int, epsilon: float = 0.0, rtol=None,
             return params
         th = y[system.theta_words]
         if last[0] is None or np.max(np.abs(th - last[0])) > 1e-2 * (1.0 + np.max(np.abs(last[0]))):
-            last[0], last[1] = th.copy(), run_params(system, epsilon, values=mod.noise_values(y, s2))
+            last[0], last[1] = th.copy(), run_params(system, epsilon, values=mod.noise_values(y, lw))
         return last[1]
 
     def blowup(t, y, p):
@@ -150,8 +151,9 @@ def retruncated(system, M: int):
 def compiled_phi(system):
     """θ ↦ Φ(θ) from the system's compiled module (the same quadrature as the right-hand side)."""
     from .codegen.systems import compiled
-    mod, s2 = compiled(system), system.potential.label_noise
-    return lambda theta: float(mod.phi_and_grad(np.ascontiguousarray(theta, dtype=float), s2)[0])
+    from .reference import law
+    mod, lw = compiled(system), law(system)
+    return lambda theta: float(mod.phi_and_grad(np.ascontiguousarray(theta, dtype=float), lw)[0])
 
 
 def integrate(system, time: float = 1.0, points: int = 51, init="free", dim: int | None = None, seed: int = 0,

@@ -21,12 +21,20 @@ def theta(system, y) -> np.ndarray:
     return solve_means(system.potential, np.asarray(y, dtype=float)[system.theta_words], system.mean_pos)
 
 
+def law(system) -> np.ndarray:
+    """(label-noise variance s², inverse temperature β) = params[2:4]: the run-time parameters of the
+    loss's law that the generated expectations take."""
+    P = system.potential
+    return np.array([P.label_noise, P.beta])
+
+
 def params(system, epsilon: float = 0.0, y=None, values=None) -> np.ndarray:
-    """Run-time parameters [γ, ε, s², ν_quadrature(θ(y))...] of the right-hand side, s² the label-noise
-    variance; the non-polynomial ν (``quadrature_nu_names`` order) are 0 at ε = 0, else evaluated at
-    θ(y) or taken from ``values`` (e.g. the generated ``noise_values``)."""
+    """Run-time parameters [γ, ε, s², β, ν_quadrature(θ(y))...] of the right-hand side, s² the label-noise
+    variance and β the softmax inverse temperature (``law``); the non-polynomial ν (``quadrature_nu_names``
+    order) are 0 at ε = 0, else evaluated at θ(y) or taken from ``values`` (e.g. the generated
+    ``noise_values``)."""
     names = quadrature_nu_names(system.nu)
-    base = [system.spec.weight_decay, epsilon, system.potential.label_noise]
+    base = [system.spec.weight_decay, epsilon, *law(system)]
     if not names:
         return np.array(base)
     if values is None:

@@ -114,12 +114,13 @@ class Spec:
     @property
     def structure(self) -> dict:
         """What the limit equations' right-hand side depends on — the model's structure: tokens,
-        covariance, activation (β), readout, whether there is label noise, custom loss, and per index
+        covariance, activation, readout, whether there is label noise, custom loss, and per index
         its name, role and parameterization. Not the spec's name, the initial laws (width,
-        init_scale), the training parameters (ε, B, α, γ) or the label-noise variance (run-time
-        arguments of a generated module), or the truncation. The generated module's identity is this structure (docs/interface.md)."""
+        init_scale), the training parameters (ε, B, α, γ), the label-noise variance or the softmax
+        inverse temperature β (run-time arguments of a generated module), or the truncation. The
+        generated module's identity is this structure (docs/interface.md)."""
         return {"tokens": self.tokens, "token_covariance": [list(r) for r in self.covariance],
-                "activation": self.activation, "beta": self.beta if self.activation == "softmax" else None,
+                "activation": self.activation,
                 "readout": self.readout, "label_noise": self.label_noise > 0 and self.loss is None, "loss": self.loss,
                 "indices": [{"name": ix.name, "role": ix.role, "parameterization": ix.parameterization}
                             for ix in self.indices]}

@@ -50,7 +50,7 @@ def test_compiled_phi_gradient_and_nu_equal_the_reference(case):
         y = y0 if trial == 0 else y0 * (1 + 0.1 * rng.standard_normal(y0.shape))
         y[0] = 1.0
         theta = np.ascontiguousarray(R.theta(system, y))
-        val, grad = mod.phi_and_grad(theta, system.potential.label_noise)
+        val, grad = mod.phi_and_grad(theta, R.law(system))
         ref_val, ref_grad = system.potential.value_and_gradient(theta)
         scale = 1.0 + abs(ref_val) + np.max(np.abs(ref_grad))
         assert abs(val - ref_val) <= TOL * scale, (case, val, ref_val)
@@ -58,8 +58,8 @@ def test_compiled_phi_gradient_and_nu_equal_the_reference(case):
         gtol = 10 * system.potential.error if kinked else TOL * scale
         assert np.max(np.abs(grad - ref_grad)) <= gtol, (case, grad, ref_grad)
         if hasattr(mod, "noise_values"):
-            ref_nu = R.params(system, 0.01, y)[3:]
-            assert np.allclose(mod.noise_values(y, system.potential.label_noise), ref_nu, rtol=TOL, atol=TOL), case
+            ref_nu = R.params(system, 0.01, y)[4:]
+            assert np.allclose(mod.noise_values(y, R.law(system)), ref_nu, rtol=TOL, atol=TOL), case
 
 
 def test_stein_route_and_its_hessian_fallback_at_a_singular_covariance():
@@ -74,7 +74,7 @@ def test_stein_route_and_its_hessian_fallback_at_a_singular_covariance():
     grads = []
     for rho in (1.0, 1.0 - 1e-4):
         th = np.ascontiguousarray(P.theta({"q_s_s": 1.2, "q_s_t": rho * 1.2, "q_t_t": 1.2}))
-        val, grad = mod.phi_and_grad(th, P.label_noise)
+        val, grad = mod.phi_and_grad(th, R.law(system))
         ref_val, ref_grad = P.value_and_gradient(th)
         assert np.isfinite(val) and abs(val - ref_val) <= TOL * (1 + abs(ref_val))
         assert np.max(np.abs(grad - ref_grad)) <= TOL * (1 + np.max(np.abs(ref_grad)))
@@ -143,7 +143,7 @@ def test_truncations_share_one_verified_kernel_file(tmp_path, monkeypatch):
     import sys
 
     from symattn.codegen.load import cached_module
-    from symattn.codegen.systems import source
+    from symattn.codegen.systems import register_orders, source
     monkeypatch.setenv("SYMATTN_CACHE", str(tmp_path))
     for name in [n for n in sys.modules if n.startswith("symattn_generated_")]:
         monkeypatch.delitem(sys.modules, name)              # loaded by earlier tests: load anew here
@@ -159,6 +159,9 @@ def test_truncations_share_one_verified_kernel_file(tmp_path, monkeypatch):
         monkeypatch.delitem(sys.modules, name)
     mod = cached_module(source(lower))
     assert not marker.exists() and hasattr(mod, "rhs")
+    with pytest.raises(ValueError, match="no quadrature orders at beta = 2"):   # never the β = 1 orders
+        mod.rhs(0.0, R.initial(lower, "free"), R.params(lower, 0.0))
+    register_orders(lower, mod)
     mu = R.initial(lower, "free")
     assert np.array_equal(mod.rhs(0.0, mu, R.params(lower, 0.0)), b.rhs(0.0, mu, R.params(lower, 0.0)))
 
@@ -181,4 +184,35 @@ def test_label_noise_variance_is_a_run_time_parameter():
     assert np.max(np.abs(got[0] - got[1])) > 1e-6
     # Φ's label-noise part is the constant ½ L² s² (one ξ per output entry, E ξ² = s²)
     th = np.ascontiguousarray(R.theta(a, y))
-    assert abs(mod.phi_and_grad(th, 0.4)[0] - mod.phi_and_grad(th, 0.1)[0] - 0.5 * 4 * 0.3) < 1e-12
+    assert abs(mod.phi_and_grad(th, np.array([0.4, 1.0]))[0] - mod.phi_and_grad(th, np.array([0.1, 1.0]))[0] - 0.5 * 4 * 0.3) < 1e-12
+
+
+def test_inverse_temperature_is_a_run_time_parameter(tmp_path, monkeypatch):
+    """Specs differing only in the softmax β (1, 2, 0.5) share one module: the integrands are written in
+    H = βG and integrated over N(βμ, β²Σ), so the source is the same and deriving the others adds no
+    module or kernel file to the cache (nothing recompiles). At each β the compiled right-hand side
+    (ε = 0.05, so ν too) equals that spec's reference one (1e-9); the reference Φ at β = 2 is checked
+    against Monte Carlo over G in test_potential (softmax_L2_b2). β changes the dynamics."""
+    import sys
+
+    from symattn.codegen.systems import source
+    monkeypatch.setenv("SYMATTN_CACHE", str(tmp_path))
+    for name in [n for n in sys.modules if n.startswith("symattn_generated_")]:
+        monkeypatch.delitem(sys.modules, name)
+    first = derive(spec("softmax", beta=1.0), 2)
+    mod = compiled(first)                                   # stores the derived system with its source
+    files = sorted(p.name for p in tmp_path.rglob("*.py"))
+    systems = [first] + [derive(spec("softmax", beta=b), 2) for b in (2.0, 0.5)]
+    assert all(getattr(s, "_source", None) == first._source for s in systems[1:])   # loaded, not re-derived
+    assert source(systems[1]) == first._source
+    y = R.initial(systems[0], "free")
+    got = []
+    for system in systems:
+        assert compiled(system) is mod
+        p = R.params(system, 0.05, y)
+        assert p[3] == system.spec.beta
+        ref, out = R.rhs(system, 0.0, y, p), mod.rhs(0.0, y, p)
+        assert np.allclose(out, ref, rtol=1e-9, atol=1e-9 * (1 + np.abs(ref).max())), system.spec.beta
+        got.append(out)
+    assert sorted(p.name for p in tmp_path.rglob("*.py")) == files
+    assert min(np.max(np.abs(got[i] - got[j])) for i, j in ((0, 1), (0, 2), (1, 2))) > 1e-3

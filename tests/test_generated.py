@@ -44,7 +44,7 @@ def test_rederive_is_byte_identical_and_matches_reference(path):
         for eps in (0.0, 0.05):
             params = R.params(system, eps, m)                 # the non-polynomial ν at this state
             if hasattr(mod, "noise_values") and eps:
-                np.testing.assert_allclose(mod.noise_values(m, params[2]), params[3:], rtol=1e-12)
+                np.testing.assert_allclose(mod.noise_values(m, params[2:4]), params[4:], rtol=1e-12)
             ref = R.rhs(system, 0.0, m, params)
             got = mod.rhs(0.0, m, params)
             assert np.array_equal(got, mod.rhs(0.0, m, params))    # pure: no state kept between calls

@@ -27,7 +27,7 @@ import sympy as sp
 
 import symattn
 from symattn.derivation.potential import Potential
-from symattn.symbolic.loss import build_loss
+from symattn.symbolic.loss import BETA, build_loss
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 N_SIGMA = 4.0
@@ -161,7 +161,8 @@ def mc_functions(case):
     pos = {s: i for i, s in enumerate(gsyms)}
     xpos = {s: i for i, s in enumerate(lo.xi_symbols)}
     groups = {}
-    for term in sp.Add.make_args(lo.expr):
+    expr_beta = lo.expr.xreplace({BETA: sp.nsimplify(lo.beta, rational=True)})   # the spec's β as a number
+    for term in sp.Add.make_args(expr_beta):
         key = frozenset(term.free_symbols)
         groups[key] = groups.get(key, 0) + term
     mods = [{"Heaviside": lambda x, h0=0.5: np.heaviside(x, h0)}, "numpy"]
@@ -658,7 +659,7 @@ def test_softmax_quadrature_meets_its_tolerance_against_a_much_finer_rule():
     val, grad = P.value_and_gradient(theta)
     th = P.theta(theta)
     s2 = P.label_noise
-    ref_val, ref_grad = float(P._closed[0](th, s2)), np.array(P._closed[1](th, s2), dtype=float).reshape(-1)
+    ref_val, ref_grad = float(P._closed[0](th, s2, P.beta)), np.array(P._closed[1](th, s2, P.beta), dtype=float).reshape(-1)
     for t in P.quad_terms:
         saved, t.half_width = t.half_width, 9.0
         try:

@@ -21,7 +21,7 @@ import numpy as np
 import sympy as sp
 from sympy.printing.pycode import pycode
 
-from ..symbolic.gaussian import LABEL_NOISE
+from ..symbolic.gaussian import BETA, LABEL_NOISE
 from ..symbolic.quadrature import canonical_basis
 from . import runtime
 
@@ -87,10 +87,6 @@ def _expr_code(exprs, args, name, arg_name="x", out_len=None):
             lines.append(f"    out[{i}] = {printer(e)}")
     lines.append("    return out")
     return "\n".join(lines) + "\n"
-
-
-def rule_name(n, kind, half_width):
-    return f"_RULE_{kind[0].upper()}{n}_{int(round(half_width * 1000))}"
 
 
 def exp_as_powers(expr, variables, bases):
@@ -159,12 +155,14 @@ EXP_TABLES = """\
     emean = np.exp(xmean)                               # e_i = exp(x̄_i) Π_a exp(A_ia z_a)
     etab = _rt.exp_table(Amap, nodes)
 """
-WITH_LABEL_NOISE = """@njit(cache=True)
-def _with_label_noise(theta, s2):
-    \"\"\"(θ, s²): the argument vector of the closed forms (s² the label-noise variance).\"\"\"
-    t = np.empty(theta.shape[0] + 1)
-    t[:-1] = theta
-    t[-1] = s2
+WITH_LAW = """@njit(cache=True)
+def _with_law(theta, law):
+    \"\"\"(θ, s², β): the argument vector of the closed forms (law = (label-noise variance s²,
+    inverse temperature β) = params[2:4]).\"\"\"
+    t = np.empty(theta.shape[0] + 2)
+    t[:-2] = theta
+    t[-2] = law[0]
+    t[-1] = law[1]
     return t
 """
 # the compiled expectations of a model depend on its potential only, not on the truncation: the
@@ -201,13 +199,14 @@ def _kernel(mode, exprs, variables, r, kernels: dict) -> int:
     return kernels[key][0]
 
 
-def quad_term_code(tag, term, order, gradient, kernels: dict):
-    """(source, calls) of one quadrature term (symbolic.quadrature.QuadTerm): its Gaussian data as
-    arrays and the calls of its compiled expectations ``_expect_<id>`` (``quad_term.py.tmpl``),
-    registered in ``kernels`` ((body, mode) → (id, source)) unless an earlier term has the same
-    integrand (the rows of a softmax share one); ``module_source`` emits them as one block. A smooth
-    term with a gradient has two: Stein's lemma ("fast", NaN where Σ_y is ill-conditioned), then the
-    Hessian route — Numba compiles the second only if a state ever needs it."""
+def quad_term_code(tag, term, position, gradient, kernels: dict):
+    """(source, calls) of one quadrature term (symbolic.quadrature.QuadTerm): its β = 1 Gaussian data
+    as arrays and the calls of its compiled expectations ``_expect_<id>`` on ``D[position]`` (the
+    data packed at run time for β and the orders, ``quadrature_rule.term_data``), registered in
+    ``kernels`` ((body, mode) → (id, source)) unless an earlier term has the same integrand (the rows
+    of a softmax share one); ``module_source`` emits them as one block. A smooth term with a gradient
+    has two: Stein's lemma ("fast", NaN where Σ_y is ill-conditioned), then the Hessian route — Numba
+    compiles the second only if a state ever needs it."""
     v, nv = term.variables, len(term.variables)
     P = canonical_basis(term.P)
     r = P.shape[0]
@@ -219,17 +218,16 @@ def quad_term_code(tag, term, order, gradient, kernels: dict):
     else:                               # of the Hessian the upper triangle
         hess = [term.outputs[1 + nv + i * nv + j] for i in range(nv) for j in range(i, nv)]
         fids = [_kernel("fast", grads, v, r, kernels), _kernel("hessian", grads + hess, v, r, kernels)]
-    n, kind = term.rule(order)
     src = [f"# quadrature term {tag}: variables {', '.join(s.name for s in v)}; "
-            f"{r} effective dimension(s), {n} nodes per dimension, integrand {fids[0]}",
-            f"_P_{tag} = {array_literal(P)}",
-            f"_MU0_{tag} = {array_literal(term.mu0)}",
-            f"_MUT_{tag} = {array_literal(term.mu_theta)}",
-            f"_COV0_{tag} = {array_literal(term.cov0)}",
-            f"_COVT_{tag} = {array_literal(term.cov_theta)}",
-            f"_D_{tag} = _rt.pack(_P_{tag}, _MU0_{tag}, _MUT_{tag}, _COV0_{tag}, _COVT_{tag}, "
-            f"{rule_name(n, kind, term.half_width)})\n"]
-    calls = [f"_expect_{fid}(theta, _D_{tag})" for fid in fids]
+           f"{r} effective dimension(s), at most {term.cap} nodes per dimension, integrand {fids[0]}",
+           f"_P_{tag} = {array_literal(P)}",
+           f"_MU0_{tag} = {array_literal(term.mu0)}",
+           f"_MUT_{tag} = {array_literal(term.mu_theta)}",
+           f"_COV0_{tag} = {array_literal(term.cov0)}",
+           f"_COVT_{tag} = {array_literal(term.cov_theta)}",
+           f"_T_{tag} = (_P_{tag}, _MU0_{tag}, _MUT_{tag}, _COV0_{tag}, _COVT_{tag}, {term.cap}, "
+           f"{fnum(term.half_width)})\n"]
+    calls = [f"_expect_{fid}(theta, D[{position}])" for fid in fids]
     return "\n".join(src), calls if gradient else [calls[0] + "[0]"]
 
 
@@ -246,24 +244,31 @@ def template(name: str) -> string.Template:
 
 
 def expectation_code(E, fname, tag, gradient=True, kernels=None):
-    """``fname(theta, s2)``: E[f] (and ∂/∂θ when ``gradient``) as closed form + quadrature terms, at
-    label-noise variance s2 (the closed forms take (θ, s2) as one vector).
+    """``fname(theta, law)``: E[f] (and ∂/∂θ when ``gradient``) as closed form + quadrature terms, at
+    law = (label-noise variance s², inverse temperature β) (the closed forms take (θ, s², β) as one
+    vector; the quadrature terms their data packed for β, ``_data``).
 
-    Returns (source, rules): rules are the (nodes, kind, half-width) of the 1-d quadrature rules used.
+    Returns (source, orders): the quadrature orders calibrated at β = 1 (``ORDERS[fname]``).
     ``kernels``: the integrands emitted so far in the module (shared between expectations).
     """
     kernels = {} if kernels is None else kernels
     syms, order = E.symbols, E.order or ()
     closed = [E.closed_form] + (E.closed_gradient() if gradient else [])
-    parts = [_expr_code(closed, list(syms) + [LABEL_NOISE], f"_closed_{tag}", arg_name="t")]
-    jit = [] if E.quad_terms else ["@njit(cache=True)"]     # numba would re-optimise the integrands
-    body = jit + [f"def {fname}(theta, s2):", f"    out = _closed_{tag}(_with_label_noise(theta, s2))",
+    parts = [_expr_code(closed, list(syms) + [LABEL_NOISE, BETA], f"_closed_{tag}", arg_name="t")]
+    jit = [] if E.base_terms else ["@njit(cache=True)"]     # numba would re-optimise the integrands
+    body = jit + [f"def {fname}(theta, law):", f"    out = _closed_{tag}(_with_law(theta, law))",
                   "    val = out[0]"]
     body += ["    grad = out[1:].copy()"] if gradient else []
-    for n, (term, o) in enumerate(zip(E.quad_terms, order)):
-        code, calls = quad_term_code(f"{tag}{n}", term, o, gradient, kernels)
+    if E.base_terms:
+        body += [f"    D = _data({fname!r}, law[1])", "    beta = law[1]"]
+    entries = []
+    for n, term in enumerate(E.base_terms):
+        code, calls = quad_term_code(f"{tag}{n}", term, n, gradient, kernels)
         parts.append(code)
-        w = f"s2 ** {term.noise_power} * " if term.noise_power else ""
+        entries.append(f"_T_{tag}{n}")
+        w = " * ".join(([f"law[0] ** {term.noise_power}"] if term.noise_power else [])
+                       + ([f"beta ** {term.beta_power}"] if term.beta_power else []))
+        w = w + " * " if w else ""
         if gradient:
             body += [f"    f, g = {calls[0]}"]
             if len(calls) > 1:
@@ -272,9 +277,10 @@ def expectation_code(E, fname, tag, gradient=True, kernels=None):
             body += [f"    val += {w}f", f"    grad += {w}g"]
         else:
             body += [f"    val += {w}{calls[0]}"]
+    if entries:
+        parts.append(f"_TERMS[{fname!r}] = ({', '.join(entries)},)\n")
     body.append("    return val, grad" if gradient else "    return val")
-    rules = {(*t.rule(o), t.half_width) for t, o in zip(E.quad_terms, order)}
-    return "\n\n".join(parts) + "\n\n" + "\n".join(body) + "\n", rules
+    return "\n\n".join(parts) + "\n\n" + "\n".join(body) + "\n", ({fname: tuple(order)} if E.base_terms else {})
 
 
 def gradient_entries(potential, var="g") -> dict:
@@ -314,12 +320,13 @@ def module_source(system, kind: str, coefficient_lines: list, theta: str = "mu[T
     P = system.potential
     spec_text = system.spec_text()
     words = system.word_names()
-    quad = (f"Quadrature: {len(P.quad_terms)} terms, {', '.join(map(str, P.order))} nodes per dimension "
-            f"(calibrated at the initial state, error estimate {P.error:.1e})\n") if P.quad_terms else ""
+    quad = (f"Quadrature: {len(P.base_terms)} terms, {', '.join(map(str, P.order))} nodes per dimension at β = 1 "
+            f"(calibrated at the initial state, error estimate {P.error:.1e});\nanother β: set_orders(β, orders) "
+            f"(symattn calibrates them), else these\n") if P.base_terms else ""
     head = template("header.py.tmpl").substitute(
         version=__version__, kind=kind[0].upper() + kind[1:], M=system.truncation, nmom=system.size,
         nterms=len(system.terms), digest=hashlib.sha256(spec_text.encode()).hexdigest()[:16],
-        phi=sp.sstr(P.closed_form) + (" + E[non-polynomial terms]" if P.quad_terms else ""),
+        phi=sp.sstr(P.closed_form) + (" + E[non-polynomial terms]" if P.base_terms else ""),
         quad=quad, spec=_indent(spec_text), words=_indent("\n".join(f"{i}: {w}" for i, w in enumerate(words))))
     T = system.terms
     src = [head]
@@ -333,19 +340,19 @@ def module_source(system, kind: str, coefficient_lines: list, theta: str = "mu[T
     src.append(int_array("KEY", T["key"]))
     src.append(float_array("VAL", T["val"]))
     kernels = {}
-    code, rules = expectation_code(P, "phi_and_grad", "phi", gradient=True, kernels=kernels)
-    blocks = [WITH_LABEL_NOISE, code]
+    code, orders = expectation_code(P, "phi_and_grad", "phi", gradient=True, kernels=kernels)
+    blocks = [WITH_LAW, code]
     for E, fname, tag in expectations:
-        c, r = expectation_code(E, fname, tag, gradient=False, kernels=kernels)
+        c, o = expectation_code(E, fname, tag, gradient=False, kernels=kernels)
         blocks.append(c)
-        rules |= r
+        orders |= o
     if kernels:
         blocks.insert(0, KERNELS_BEGIN + "\n" + "\n\n".join(text for _, text in kernels.values()) + KERNELS_END)
-    if rules:
-        blocks.insert(0, template("gauss_rule.py.tmpl").template + "\n".join(
-            f"{rule_name(n, k, h)} = _rt.rule_1d({n}, {fnum(h)}, {k!r})" for n, k, h in sorted(rules)) + "\n")
+    if orders:
+        blocks.insert(0, template("gauss_rule.py.tmpl").template)
+        blocks.append(f"ORDERS = {orders!r}  # nodes per dimension of each term, calibrated at β = 1\n")
     src.append("\n" + "\n\n".join(blocks))
-    jit = "" if any(E.quad_terms for E in [P] + [e[0] for e in expectations]) else "@njit(cache=True)\n"
+    jit = "" if orders else "@njit(cache=True)\n"
     fill_lines = f"    coef = np.zeros({len(system.coef_names)})\n" + "\n".join(coefficient_lines) + "\n    return coef"
     if jit:                  # all compiled: the lines inline (each compiled layer costs ≈ 0.3 s of compilation)
         fill, body = "", fill_lines

@@ -13,5 +13,6 @@ from ..symbolic.quadrature_rule import (  # noqa: F401
     node_map_conditioned,
     pack,
     rule_1d,
+    term_data,
     unpack,
 )

@@ -19,23 +19,23 @@ from .load import cached_module
 
 
 def noise_value(name: str, nu: dict) -> str:
-    """Generated-code value of ν_name: a closed form at (θ, s² = params[2]), or for a non-polynomial ν
-    params[3 + j] (``quadrature_nu_names`` order), so that the right-hand side holds no state."""
+    """Generated-code value of ν_name: a closed form at (θ, s², β = params[2:4]), or for a non-polynomial
+    ν params[4 + j] (``quadrature_nu_names`` order), so that the right-hand side holds no state."""
     quad = quadrature_nu_names(nu)
-    return f"params[{3 + quad.index(name)}]" if name in quad else f"{name}(theta, params[2])"
+    return f"params[{4 + quad.index(name)}]" if name in quad else f"{name}(theta, params[2:4])"
 
 
 def noise_values_source(system) -> str:
-    """``noise_values(mu, s2)``: the non-polynomial ν at the state, for the caller to pass as params[3:]."""
+    """``noise_values(mu, law)``: the non-polynomial ν at the state, for the caller to pass as params[4:]."""
     quad = quadrature_nu_names(system.nu)
     if not quad:
         return ""
-    means = "    theta = _solve_means(theta, s2)\n" if system.mean_pos else ""
-    return ("\n\ndef noise_values(mu, s2):\n"
-            '    """Non-polynomial SGD-noise constants ν at the state (s2: the label-noise variance): params[3:]\n'
-            '    of ``rhs``."""\n'
+    means = "    theta = _solve_means(theta, law)\n" if system.mean_pos else ""
+    return ("\n\ndef noise_values(mu, law):\n"
+            '    """Non-polynomial SGD-noise constants ν at the state (law = (label-noise variance s², inverse\n'
+            '    temperature β) = params[2:4]): params[4:] of ``rhs``."""\n'
             f"    theta = mu[THETA_WORDS]\n{means}"
-            f"    return np.array([{', '.join(f'{n}(theta, s2)' for n in quad)}])\n")
+            f"    return np.array([{', '.join(f'{n}(theta, law)' for n in quad)}])\n")
 
 
 def coefficient_lines(system) -> list:
@@ -74,23 +74,49 @@ def slaved_means_source(system) -> str:
         n_means=len(system.mean_pos), fd_step=repr(FD_STEP), algorithm=algorithm_source(jit))
 
 
-def source(system) -> str:
-    """The generated module of a derived system; quadrature calibrated at the free initial state."""
+def _theta0(system):
+    """θ at the free initial state (means 0 before the fast phase): where the quadrature is calibrated."""
     from ..initial import free_moments
-    P = system.potential
-    y0 = np.zeros(system.size)                  # the free initial state, means 0 before the fast phase
+    y0 = np.zeros(system.size)
     y0[:system.n_moments] = free_moments(system.spec, system.words)
-    theta0 = y0[system.theta_words]
-    if P.quad_terms and P.order is None:
-        P.calibrate(theta0)
-    nus = noise_expectation_items(system.nu, theta0)
-    slaved = bool(system.mean_indices)
-    theta = "_solve_means(mu[THETA_WORDS], params[2])" if slaved else "mu[THETA_WORDS]"
-    text = module_source(system, system.description, coefficient_lines(system), theta=theta,
-                         extra=slaved_means_source(system) if slaved else "", expectations=nus)
+    return y0[system.theta_words]
+
+
+def _expectations(system) -> list:
+    return [system.potential, *system.nu.values()]
+
+
+def source(system) -> str:
+    """The generated module of a derived system; quadrature calibrated at the free initial state, at
+    β = 1: the module does not depend on β (``compiled`` registers the orders of the spec's β)."""
+    from ..derivation.potential import at_beta
+    P = system.potential
+    theta0 = _theta0(system)
+    with at_beta(_expectations(system), 1.0):
+        if P.quad_terms and P.order is None:
+            P.calibrate(theta0)
+        nus = noise_expectation_items(system.nu, theta0)
+        slaved = bool(system.mean_indices)
+        theta = "_solve_means(mu[THETA_WORDS], params[2:4])" if slaved else "mu[THETA_WORDS]"
+        text = module_source(system, system.description, coefficient_lines(system), theta=theta,
+                             extra=slaved_means_source(system) if slaved else "", expectations=nus)
     if slaved:
         text += template("untied_rhs.py.tmpl").substitute(jit=_jit(system))
     return text + noise_values_source(system)
+
+
+def register_orders(system, mod) -> None:
+    """At a β other than 1, the quadrature orders calibrated there (at the free initial state), given
+    to the module (``set_orders``); the compiled integrands are β-free, so nothing recompiles."""
+    P = system.potential
+    if not P.base_terms or P.beta == 1.0:
+        return
+    theta0 = _theta0(system)
+    if P.order is None:
+        P.calibrate(theta0)
+    noise_expectation_items(system.nu, theta0)
+    orders = {"phi_and_grad": P.order, **{name: E.order for name, E in system.nu.items() if E.base_terms}}
+    mod.set_orders(P.beta, orders)
 
 
 def compiled(system):
@@ -100,6 +126,7 @@ def compiled(system):
         stored = getattr(system, "_source", None)
         system._source = stored or source(system)
         mod = cached_module(system._source)
+        register_orders(system, mod)
         system._module = mod
         if stored is None:
             from ..derivation import store

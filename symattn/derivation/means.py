@@ -58,8 +58,8 @@ def _algorithms(potential, pos) -> dict:
     if ns is None:
         P = weakref.proxy(potential)       # the cached functions must not keep their key alive
         ns = {"np": np, "MEAN_POS": np.array(pos, dtype=np.int64), "N_MEANS": len(pos),
-              "_grad_m": lambda theta, s2: mean_residual(P, theta, pos),
-              "_jac_m": lambda theta, s2: P.mean_hessian(theta, pos)}
+              "_grad_m": lambda theta, law: mean_residual(P, theta, pos),
+              "_jac_m": lambda theta, law: P.mean_hessian(theta, pos)}
         exec(_algorithm_code(), ns)
         bound[tuple(pos)] = ns
     return ns
@@ -71,7 +71,7 @@ def solve_means(potential, theta, pos) -> np.ndarray:
     if not len(pos):
         return theta
     with np.errstate(all="ignore"):
-        out = _algorithms(potential, pos)["_solve_means"](theta, potential.label_noise)
+        out = _algorithms(potential, pos)["_solve_means"](theta, None)
     if not np.all(np.isfinite(out)):
         raise NumericalFailure("untied: no critical point ∂Φ/∂m = 0 of the slaved means near the current state")
     return out
@@ -83,7 +83,7 @@ def mean_velocity(potential, theta, pos, theta_dot) -> np.ndarray:
     if not len(pos):
         return np.zeros(0)
     return _algorithms(potential, pos)["_mean_velocity"](np.asarray(theta, dtype=float),
-                                                         np.asarray(theta_dot, dtype=float), potential.label_noise)
+                                                         np.asarray(theta_dot, dtype=float), None)
 
 
 def fast_flow(potential, theta, pos, rate, t_eval) -> np.ndarray:

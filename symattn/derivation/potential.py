@@ -12,6 +12,7 @@ off-diagonal entry is half the derivative in the single symmetric variable. For 
 from __future__ import annotations
 
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -19,7 +20,7 @@ import numpy as np
 import sympy as sp
 
 from ..spec import Spec, load_spec
-from ..symbolic.gaussian import LABEL_NOISE, GaussianG, OrderParameters, integrate_label_noise
+from ..symbolic.gaussian import BETA, LABEL_NOISE, GaussianG, OrderParameters, integrate_label_noise
 from ..symbolic.loss import build_loss
 from ..symbolic.quadrature import MAX_NODES, QuadTerm, SeparableTerm, adaptive_orders, half_width_for
 from ..transient import PicklesWithoutCaches
@@ -41,6 +42,38 @@ class Gradients:
         return self.omega + self.psi
 
 
+def beta_homogeneous(h, variables):
+    """(p, g) with h(G) = β^p g(βG) and g free of β (``BETA``): h written in H = βG. The MSE loss of a
+    softmax depends on G only through βG, and each ∂/∂G brings one β (the SGD-noise integrands ν)."""
+    if not h.has(BETA):
+        return 0, h
+    g = h.xreplace({v: v / BETA for v in variables})
+    if not g.has(BETA):
+        return 0, g
+    for form in (g, sp.factor_terms(g)):             # a product first: its factors as they are
+        rest, dep = form.as_independent(BETA, as_Add=False)
+        p = sp.Integer(1) if dep == BETA else (dep.exp if dep.is_Pow and dep.base == BETA else None)
+        if p is not None and p.is_integer and not rest.has(BETA):
+            return int(p), rest
+    raise ValueError(f"a loss term is not a function of β·G: {h}")
+
+
+@contextmanager
+def at_beta(expectations, beta: float):
+    """Evaluate (and calibrate) the given expectations at inverse temperature β instead of the spec's."""
+    saved = [E.__dict__.get("_beta") for E in expectations]
+    for E in expectations:
+        E.__dict__["_beta"] = float(beta)
+    try:
+        yield
+    finally:
+        for E, b in zip(expectations, saved):
+            if b is None:
+                E.__dict__.pop("_beta", None)
+            else:
+                E.__dict__["_beta"] = b
+
+
 class GaussianExpectation(PicklesWithoutCaches):
     """E[f(G, ξ)] over the Gaussian law of docs/theory.md §2 as a function of the order parameters θ.
 
@@ -48,7 +81,7 @@ class GaussianExpectation(PicklesWithoutCaches):
     the entries they depend on and integrated by quadrature (tolerance ``tol``).
     """
 
-    TRANSIENT = ("_closed", "_mean_hessians")          # lambdified: rebuilt after unpickling
+    TRANSIENT = ("_closed", "_mean_hessians", "_scaled", "_beta")    # lambdified / scaled copies: rebuilt after unpickling
 
     def __init__(self, spec, terms, tol: float = 1e-8, gauss: GaussianG | None = None, gradient: bool = True,
                  relative: bool = False, start_order: int = 17, max_nodes: int = MAX_NODES):
@@ -69,16 +102,18 @@ class GaussianExpectation(PicklesWithoutCaches):
                 if h.is_polynomial(*vs):
                     poly.append(LABEL_NOISE**k * h)
                 else:
-                    key = (tuple(sorted(vs, key=lambda s: s.name)), k)
-                    groups[key] = groups.get(key, 0) + h
+                    p, g = beta_homogeneous(h, vs)
+                    key = (tuple(sorted(vs, key=lambda s: s.name)), k, p)
+                    groups[key] = groups.get(key, 0) + g
         self.closed_form = sp.expand(sum((self.gauss.expect_polynomial(t) for t in poly), sp.Integer(0)))
-        self.quad_terms = [self._quad_term(expr, list(vs), k) for (vs, k), expr in groups.items()]
-        self.order = None
+        # the β = 1 integrands with the β-free Gaussian data; ``quad_terms`` are them at the spec's β
+        self.base_terms = [self._quad_term(expr, list(vs), k, p) for (vs, k, p), expr in groups.items()]
+        self._orders = {}                    # β -> the calibrated orders (one per term) at that β
         self.error = 0.0
 
-    def _quad_term(self, expr, variables, noise_power: int = 0):
+    def _quad_term(self, expr, variables, noise_power: int = 0, beta_power: int = 0):
         """QuadTerm with μ, Σ of its variables written as affine functions of θ; its value enters
-        multiplied by s^(2·noise_power) (the label-noise variance, ``label_noise``)."""
+        multiplied by s^(2·noise_power) (the label-noise variance, ``label_noise``) and β^beta_power."""
         p, n = len(self.symbols), len(variables)
         mu = [self.gauss.mean(v) for v in variables]
         cov = [[self.gauss.cov(a, b) for b in variables] for a in variables]
@@ -98,11 +133,48 @@ class GaussianExpectation(PicklesWithoutCaches):
         # modules evaluate the tensor rule, so value-only expectations such as ν keep it, bit for bit)
         cls = SeparableTerm if self.gradient and SeparableTerm.usable(expr, variables) else QuadTerm
         return cls(expr, variables, mu0, mut, cov0, covt, gradient=self.gradient,
-                   half_width=half_width_for(self.tol), max_nodes=self.max_nodes, noise_power=noise_power)
+                   half_width=half_width_for(self.tol), max_nodes=self.max_nodes, noise_power=noise_power,
+                   beta_power=beta_power)
 
     @property
     def is_closed_form(self) -> bool:
-        return not self.quad_terms
+        return not self.base_terms
+
+    @property
+    def beta(self) -> float:
+        """The softmax inverse temperature β the Python evaluation uses (the spec's; a run-time
+        argument of the generated module, 1 where the loss has none)."""
+        if "_beta" in self.__dict__:
+            return self.__dict__["_beta"]
+        spec = self.spec
+        return float(spec.beta) if spec.activation == "softmax" and spec.loss is None else 1.0
+
+    @property
+    def quad_terms(self) -> list:
+        """The quadrature terms at β: the β = 1 integrands over N(βμ, β²Σ) (``QuadTerm.scaled``)."""
+        b = self.beta
+        if b == 1.0:
+            return self.base_terms
+        cache = self.__dict__.setdefault("_scaled", {})
+        if b not in cache:
+            cache[b] = [t.scaled(b) for t in self.base_terms]
+        return cache[b]
+
+    @property
+    def order(self):
+        """The quadrature orders calibrated at the current β (None before ``calibrate``)."""
+        return self._orders.get(self.beta)
+
+    @order.setter
+    def order(self, value):
+        if value is None:
+            self._orders.pop(self.beta, None)
+        else:
+            self._orders[self.beta] = tuple(value)
+
+    def weight(self, term, s2: float) -> float:
+        """The factor s^(2·noise_power) β^beta_power of a quadrature term."""
+        return s2**term.noise_power * self.beta**term.beta_power
 
     @property
     def label_noise(self) -> float:
@@ -112,7 +184,7 @@ class GaussianExpectation(PicklesWithoutCaches):
 
     @cached_property
     def _closed(self):
-        args = [self.symbols, LABEL_NOISE]
+        args = [self.symbols, LABEL_NOISE, BETA]
         f = sp.lambdify(args, self.closed_form, modules="numpy")
         g = sp.lambdify(args, [sp.diff(self.closed_form, s) for s in self.symbols], modules="numpy")
         return f, g
@@ -161,24 +233,24 @@ class GaussianExpectation(PicklesWithoutCaches):
         """Φ(θ) with the current quadrature order (no recalibration)."""
         th = self.theta(values)
         s2 = self.label_noise
-        return float(self._closed[0](th, s2)) + sum(s2**t.noise_power * t.evaluate(th, o)[0]
-                                                    for t, o in zip(self.quad_terms, self.order))
+        return float(self._closed[0](th, s2, self.beta)) + sum(self.weight(t, s2) * t.evaluate(th, o)[0]
+                                                               for t, o in zip(self.quad_terms, self.order))
 
     def value_and_gradient(self, values):
         """(Φ(θ), ∂Φ/∂θ) with ∂ in the plain partial-derivative sense, in ``self.names`` order."""
         th = self.theta(values)
         f, g = self._closed
         s2 = self.label_noise
-        val = float(f(th, s2))
-        grad = np.array(g(th, s2), dtype=float).reshape(-1) if self.symbols else np.zeros(0)
+        val = float(f(th, s2, self.beta))
+        grad = np.array(g(th, s2, self.beta), dtype=float).reshape(-1) if self.symbols else np.zeros(0)
         grad = np.broadcast_to(grad, (len(self.symbols),)).copy()
         if self.quad_terms:
             if self.order is None:
                 self.calibrate(th)
             for t, o in zip(self.quad_terms, self.order):
                 v, gr = t.evaluate(th, o)
-                val += s2**t.noise_power * v
-                grad += s2**t.noise_power * gr
+                val += self.weight(t, s2) * v
+                grad += self.weight(t, s2) * gr
         return val, grad
 
     def value(self, values) -> float:
@@ -191,16 +263,16 @@ class GaussianExpectation(PicklesWithoutCaches):
         fn = self._mean_hessians.get(pos)
         if fn is None:
             syms = [self.symbols[p] for p in pos]
-            fn = sp.lambdify([self.symbols, LABEL_NOISE],
+            fn = sp.lambdify([self.symbols, LABEL_NOISE, BETA],
                              [[sp.diff(self.closed_form, a, b) for b in syms] for a in syms], modules="numpy")
             self._mean_hessians[pos] = fn
         s2 = self.label_noise
-        H = np.array(fn(th, s2), dtype=float).reshape(len(pos), len(pos))
+        H = np.array(fn(th, s2, self.beta), dtype=float).reshape(len(pos), len(pos))
         if self.quad_terms:
             if self.order is None:
                 self.calibrate(th)
             for t, o in zip(self.quad_terms, self.order):
-                H += s2**t.noise_power * t.mean_hessian(th, o, pos)
+                H += self.weight(t, s2) * t.mean_hessian(th, o, pos)
         return H
 
     @cached_property

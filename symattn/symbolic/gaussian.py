@@ -16,7 +16,7 @@ from functools import cached_property
 import sympy as sp
 
 from ..spec import Spec
-from .loss import Loss, g_symbol
+from .loss import BETA, Loss, g_symbol  # noqa: F401  (BETA: with LABEL_NOISE, the law's symbols)
 
 
 def pair_name(spec: Spec, k: int, l: int) -> str:

@@ -15,6 +15,11 @@ import sympy as sp
 
 from ..spec import Spec, activation_expr, activation_sympy, loss_sympy
 
+# the softmax inverse temperature β: a run-time parameter, like the label-noise variance. The MSE loss
+# depends on G only through βG, so a quadrature term is integrated at β = 1 over N(βμ, β²Σ)
+# (``quadrature_rule.term_data``)
+BETA = sp.Symbol("beta", positive=True)
+
 
 def g_symbol(i: int, j: int, k: int) -> sp.Symbol:
     """G_{ijk} for 0-based i, j, k (named 1-based, as in a custom loss)."""
@@ -26,11 +31,12 @@ def xi_symbol(i: int, j: int) -> sp.Symbol:
 
 
 def head_output(spec: Spec, k: int):
-    """L×L matrix F(G_k) of SymPy expressions for index k."""
+    """L×L matrix F(G_k) of SymPy expressions for index k; a softmax's inverse temperature is the
+    symbol ``BETA`` (a run-time parameter, ``Loss.beta`` its value)."""
     L = spec.tokens
     G = [[g_symbol(i, j, k) for j in range(L)] for i in range(L)]
     if spec.activation == "softmax":
-        b = sp.nsimplify(spec.beta, rational=True)
+        b = BETA
         out = []
         for i in range(L):
             den = sum(sp.exp(b * G[i][j]) for j in range(L))
@@ -59,6 +65,11 @@ class Loss:
     def K(self):
         return self.spec.K
 
+    @property
+    def beta(self) -> float:
+        """The value of ``BETA`` (the softmax inverse temperature; 1 where the loss has none)."""
+        return float(self.spec.beta) if self.spec.activation == "softmax" and self.spec.loss is None else 1.0
+
     @cached_property
     def g_symbols(self) -> list:
         """All G symbols in the order (i, j, k), C-contiguous like an L×L×K array."""
@@ -81,8 +92,9 @@ class Loss:
         L, K = self.L, self.K
         gs, xs = self.g_symbols, self.xi_symbols
         train = set(self.spec.students)
-        grads = [sp.diff(self.expr, s) if (n % K) in train else sp.Integer(0) for n, s in enumerate(gs)]
-        exprs = [self.expr] + grads
+        expr = self.expr.xreplace({BETA: sp.nsimplify(self.beta, rational=True)})
+        grads = [sp.diff(expr, s) if (n % K) in train else sp.Integer(0) for n, s in enumerate(gs)]
+        exprs = [expr] + grads
         if backend == "torch":     # numeric constants as floats: torch.sqrt(2) of an int is refused
             exprs = [sp.nfloat(e, n=17, exponent=False) for e in exprs]
         fn = sp.lambdify([gs, xs], exprs, modules=backend, cse=True)

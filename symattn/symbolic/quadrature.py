@@ -21,6 +21,7 @@ orders agree to the requested tolerance; that difference is the reported error e
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -30,10 +31,12 @@ import sympy as sp
 from ..transient import PicklesWithoutCaches
 from .quadrature_rule import (
     HALF_WIDTH,
+    MIN_TRAPEZOID,
     STEIN_CONDITION,
     node_map_conditioned,
     price_gradient,
     rule_1d,
+    rule_for,
     stein_hessian,
     tensor_points,
 )
@@ -55,7 +58,6 @@ def half_width_for(tol: float) -> float:
     return min(HALF_WIDTH, max(4.0, float(np.sqrt(2 * np.log(1 / tol))) + 1.5))
 
 
-MIN_TRAPEZOID = 9    # below this many nodes per dimension the tensor rule is Gauss–Hermite
 
 
 @cache
@@ -132,6 +134,7 @@ class QuadTerm(PicklesWithoutCaches):
     half_width: float = HALF_WIDTH
     max_nodes: int = MAX_NODES
     noise_power: int = 0     # the term enters multiplied by s^(2·noise_power), s² the label-noise variance
+    beta_power: int = 0      # ... and by β^beta_power (the integrand is written in H = βG)
 
     def __post_init__(self):
         v = self.variables
@@ -150,6 +153,14 @@ class QuadTerm(PicklesWithoutCaches):
             self.outputs += grads + ([] if self.stein else [h for row in hess for h in row])
 
     TRANSIENT = ("_fn_cache",)
+
+    def scaled(self, beta: float) -> QuadTerm:
+        """The same integrand over N(βμ, β²Σ): E_{N(μ,Σ)} f(βG) (``quadrature_rule.term_data``)."""
+        out = copy.copy(self)
+        b2 = beta * beta
+        out.mu0, out.mu_theta = beta * self.mu0, beta * self.mu_theta
+        out.cov0, out.cov_theta = b2 * self.cov0, b2 * self.cov_theta
+        return out
 
     @property
     def _fn(self):
@@ -172,9 +183,7 @@ class QuadTerm(PicklesWithoutCaches):
 
     def rule(self, order: int):
         """(nodes per dimension, kind) used for a requested order (capped)."""
-        if self.cap < MIN_TRAPEZOID:
-            return self.cap, "hermite"
-        return min(order, self.cap), "trapezoid"
+        return rule_for(order, self.cap)
 
     def evaluate(self, theta: np.ndarray, order: int, rule=None):
         """(E f, ∂E f/∂θ) with the tensor rule of a common order (or an explicit (n, kind))."""

@@ -34,6 +34,31 @@ def rule_1d(n: int, half_width: float = HALF_WIDTH, kind: str = "trapezoid"):
     return x, np.exp(-0.5 * x**2) / np.sqrt(2 * np.pi) * (x[1] - x[0])
 
 
+MIN_TRAPEZOID = 9    # below this many nodes per dimension the tensor rule is Gauss–Hermite
+
+
+def rule_for(order: int, cap: int):
+    """(nodes per dimension, kind) of a requested order for a term whose node cap is ``cap``: the
+    trapezoidal rule capped at ``cap``, or Gauss–Hermite with ``cap`` nodes when fewer than
+    MIN_TRAPEZOID fit."""
+    if cap < MIN_TRAPEZOID:
+        return cap, "hermite"
+    return min(order, cap), "trapezoid"
+
+
+def term_data(terms, orders, beta: float) -> tuple:
+    """The packed data (``pack``) of quadrature terms at inverse temperature β and the given orders.
+    ``terms``: (P, μ0, ∂μ/∂θ, Σ0, ∂Σ/∂θ, cap, half-width) of the β = 1 integrands. A loss that depends
+    on G only through βG has E_{N(μ,Σ)} f(βG) = E_{N(βμ, β²Σ)} f(H): μ scales by β, Σ by β²
+    (docs/theory.md §2), so β is a run-time argument, not part of the compiled integrand."""
+    out = []
+    for (P, mu0, mut, cov0, covt, cap, hw), order in zip(terms, orders):
+        n, kind = rule_for(order, cap)
+        b2 = beta * beta
+        out.append(pack(P, beta * mu0, beta * mut, b2 * cov0, b2 * covt, rule_1d(n, hw, kind)))
+    return tuple(out)
+
+
 VALUE, HESSIAN, STEIN = 0, 1, 2      # what the integrand outputs: [f] / [f, ∇f, upper ∇²f] / [f, ∇f]
 
 
