@@ -111,12 +111,16 @@ def register_orders(system, mod) -> None:
     P = system.potential
     if not P.base_terms or P.beta == 1.0:
         return
+    fresh = P.order is None or any(E.base_terms and E.order is None for E in system.nu.values())
     theta0 = _theta0(system)
     if P.order is None:
         P.calibrate(theta0)
     noise_expectation_items(system.nu, theta0)
     orders = {"phi_and_grad": P.order, **{name: E.order for name, E in system.nu.items() if E.base_terms}}
     mod.set_orders(P.beta, orders)
+    if fresh and getattr(system, "_source", None) is not None:
+        from ..derivation import store
+        store.save(system)                      # a later process at this β skips the calibration
 
 
 def compiled(system):

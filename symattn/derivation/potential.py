@@ -108,8 +108,7 @@ class GaussianExpectation(PicklesWithoutCaches):
         self.closed_form = sp.expand(sum((self.gauss.expect_polynomial(t) for t in poly), sp.Integer(0)))
         # the β = 1 integrands with the β-free Gaussian data; ``quad_terms`` are them at the spec's β
         self.base_terms = [self._quad_term(expr, list(vs), k, p) for (vs, k, p), expr in groups.items()]
-        self._orders = {}                    # β -> the calibrated orders (one per term) at that β
-        self.error = 0.0
+        self._orders = {}                    # β -> (the calibrated orders, one per term, and their error)
 
     def _quad_term(self, expr, variables, noise_power: int = 0, beta_power: int = 0):
         """QuadTerm with μ, Σ of its variables written as affine functions of θ; its value enters
@@ -163,14 +162,23 @@ class GaussianExpectation(PicklesWithoutCaches):
     @property
     def order(self):
         """The quadrature orders calibrated at the current β (None before ``calibrate``)."""
-        return self._orders.get(self.beta)
+        return self._orders.get(self.beta, (None, 0.0))[0]
 
     @order.setter
     def order(self, value):
         if value is None:
             self._orders.pop(self.beta, None)
         else:
-            self._orders[self.beta] = tuple(value)
+            self._orders[self.beta] = (tuple(value), self.error)
+
+    @property
+    def error(self) -> float:
+        """The error estimate of the orders at the current β (0 before ``calibrate``)."""
+        return self._orders.get(self.beta, (None, 0.0))[1]
+
+    @error.setter
+    def error(self, value):
+        self._orders[self.beta] = (self.order, float(value))
 
     def weight(self, term, s2: float) -> float:
         """The factor s^(2·noise_power) β^beta_power of a quadrature term."""
