@@ -101,13 +101,16 @@ _BLOWUP = 1e12          # |q| beyond this is a divergence
 
 
 # ============================================================================ initial matrices
-def initial_realisation(spec, size: int, seed: int = 0, init: str = "free") -> list:
+def initial_realisation(spec, size: int, seed: int = 0, init: str = "free", odd=()) -> list:
     """The size-N matrices :func:`solve_spectral` starts from (list of :class:`symattn.matrix.Mat`).
 
     ``init="free"``: the quantile realisation of the free initial laws (module docstring; the first
     frozen index with factors is diagonal, the rotations come from
     ``numpy.random.default_rng(SeedSequence([seed, size]))`` in spec order). ``init="sample"``: the
-    very matrices ``simulate`` draws for dimension d = ``size`` and seed ``seed``."""
+    very matrices ``simulate`` draws for dimension d = ``size`` and seed ``seed``. ``odd``: frozen
+    indices decoupled from the students (:func:`decoupled_teachers`); then every index is built
+    from two independent realisations of size N/2, block-diagonally, and those in ``odd``
+    off-diagonally (:func:`_blocks`)."""
     spec = load_spec(spec)
     if init == "sample":
         from .initial import draw_initial
@@ -115,8 +118,75 @@ def initial_realisation(spec, size: int, seed: int = 0, init: str = "free") -> l
     if init != "free":
         raise ValueError(f"init {init!r}: must be 'free' or 'sample'")
     rng = np.random.default_rng(np.random.SeedSequence([int(seed), int(size)]))
+    if odd:
+        n = int(size) // 2
+        return [_blocks(Mat(*ix.kind.realise(ix, n, rng, False)), Mat(*ix.kind.realise(ix, n, rng, False)), k in odd)
+                for k, ix in enumerate(spec.indices)]
     diag_k = next((k for k in spec.teachers if spec.indices[k].kind.factors), None)
     return [Mat(*ix.kind.realise(ix, size, rng, k == diag_k)) for k, ix in enumerate(spec.indices)]
+
+
+ODD_FORMS = ("pair", "ndense")     # the realisations :func:`_blocks` can write off-diagonally
+
+
+def _blocks(a: Mat, b: Mat, odd: bool) -> Mat:
+    """Two independent size-n realisations of one law joined into a size-2n one: block-diagonal
+    diag(a, b), or (``odd``) off-diagonal [[0, a], [b, 0]] — an untied pair as U = [[0, U_a], [U_b, 0]],
+    V = [[V_b, 0], [0, V_a]], so that M = UVᵀ = [[0, U_a V_aᵀ], [U_b V_bᵀ, 0]]. With O = diag(I, −I),
+    O M Oᵀ = −M for the odd indices and = M for the others (docs/theory.md §7)."""
+    from scipy.linalg import block_diag
+    if a.kind == "scalar":
+        return a
+    if a.kind == "pair":
+        (Ua, Va), (Ub, Vb) = a.value, b.value
+        if not odd:
+            return Mat("pair", (block_diag(Ua, Ub), block_diag(Va, Vb)))
+        U = np.block([[np.zeros((Ua.shape[0], Ub.shape[1])), Ua], [Ub, np.zeros((Ub.shape[0], Ua.shape[1]))]])
+        return Mat("pair", (U, block_diag(Vb, Va)))
+    if odd:
+        if a.kind != "ndense":
+            raise ValueError(f"an index realised as {a.kind!r} cannot be odd")
+        z = np.zeros_like(a.value)
+        return Mat("ndense", np.block([[z, a.value], [b.value, z]]))
+    return Mat(a.kind, block_diag(a.value, b.value))
+
+
+def decoupled_teachers(spec, P, trials: int = 4) -> list:
+    """The frozen indices t of the free start that the students do not see at zero overlap: t's law
+    has mean 0 and can be realised odd (``ODD_FORMS``), and on the set {Ω_st = Ψ_st = 0 for every
+    student s and every such t, m_t = 0} Φ's coupling vanishes, GΩ_st = GΨ_st = 0 — checked at
+    ``trials`` random points of the set (odd realisations at N = 8, random student means). The flow
+    then leaves the set invariant, so in the limit the overlap with t stays exactly 0 (the paper's
+    uninformative h2, h3 teachers); a Haar realisation at finite N starts O(1/N) off the set, and
+    where the set is unstable it escapes (docs/theory.md §7)."""
+    cand = []
+    rng = np.random.default_rng(0)
+    for k in spec.teachers:
+        ix = spec.indices[k]
+        form = Mat(*ix.kind.realise(ix, 4, rng, False)).kind
+        if form in ODD_FORMS:
+            cand.append(k)
+    if not cand or not spec.students:
+        return []
+    names = {n: i for i, n in enumerate(P.names)}
+    fresh = bool(P.quad_terms) and P.order is None        # calibrated here for the check only
+    flow = None
+    for trial in range(trials):
+        mats = initial_realisation(spec, 8, seed=1000 + trial, odd=cand)
+        flow = _Flow(spec, mats, 8, P) if flow is None else flow
+        th, _ = flow.theta(mats, 0.0, slave=False)
+        for k in spec.students:
+            if not spec.indices[k].centred:
+                th[names[P.op.m(k).name]] = rng.uniform(-0.7, 0.7)
+        G = P.gradients(th)
+        scale = 1.0 + max(float(np.max(np.abs(G.omega))), float(np.max(np.abs(G.psi))))
+        cand = [t for t in cand if all(abs(G.omega[s, t]) + abs(G.psi[s, t]) <= 1e-10 * scale
+                                       for s in spec.students)]
+        if not cand:
+            break
+    if fresh:
+        P.order = None
+    return cand
 
 
 # ============================================================================ the flow
@@ -175,6 +245,7 @@ class _Flow:
             self.pair_pos.append((a, b, pos.get(so.name), None if sq == so else pos.get(sq.name)))
         self.m_warm = np.zeros(len(self.mean_pos))
         self.nevals = 0
+        self.blocks = None              # N/2 for a realisation in two independent halves (``_blocks``)
 
     # ---------------------------------------------------------------- packing
     def pack(self) -> np.ndarray:
@@ -296,21 +367,22 @@ class _Flow:
         return row, spectra
 
 
-def _start(spec, P, N, seed, init):
+def _start(spec, P, N, seed, init, odd=()):
     """The flow at its first slow-phase state: matrices, calibrated quadrature, relaxed means."""
-    mats = initial_realisation(spec, N, seed, init)
+    mats = initial_realisation(spec, N, seed, init, odd=odd)
     sample = init == "sample"
     means = {k: math.sqrt(N) * mats[k].trace(N) for k, ix in enumerate(spec.indices) if not ix.centred} \
         if sample else {}
     flow = _Flow(spec, mats, N, P, fixed_means=means)
+    flow.blocks = N // 2 if odd else None         # two independent halves: the noise stays block-diagonal
     if P.quad_terms and P.order is None:
         P.calibrate(flow.theta(mats, 0.0, slave=False)[0])
     flow.relax(mats, initial_means=means)
     return flow
 
 
-def _integrate(spec, P, N, seed, times, method, rtol, atol, spectra=True, init="free"):
-    flow = _start(spec, P, N, seed, init)
+def _integrate(spec, P, N, seed, times, method, rtol, atol, spectra=True, init="free", odd=()):
+    flow = _start(spec, P, N, seed, init, odd)
     y0 = flow.pack()
     if atol is None:
         atol = rtol * 1e-2 * max(float(np.sqrt(np.mean(y0 ** 2))), 1e-300) if y0.size else rtol
@@ -397,15 +469,22 @@ class _Noise:
     def increments(self, Cs: np.ndarray, Ca: np.ndarray, dt: float, N: int) -> list:
         """dΞ_k = √(ε dt/N) Σ_m (Cs_km Zs_m + Ca_km Za_m), Zs/Za the symmetric/skew parts
         (G ± Gᵀ)/√2 of i.i.d. N(0, 1) matrices: E Tr(X dΞ_k Y dΞ_l)/N ≈ ε ν1_kl dt trX trY and
-        E Tr(X dΞ_k Y dΞ_lᵀ)/N ≈ ε ν2_kl dt trX trY."""
+        E Tr(X dΞ_k Y dΞ_lᵀ)/N ≈ ε ν2_kl dt trX trY. For a realisation in two independent halves
+        (``flow.blocks`` = N/2, :func:`decoupled_teachers`) each half gets its own, of size N/2."""
         n = Cs.shape[0]
-        scale = self.sign * math.sqrt(self.eps * dt / N) / math.sqrt(2.0)
+        blocks = self.flow.blocks
+        size = blocks or N
+        scale = self.sign * math.sqrt(self.eps * dt / size) / math.sqrt(2.0)
         out = [np.zeros((N, N)) for _ in range(n)]
         for C, s in ((Cs, 1.0), (Ca, -1.0)):
             if not np.any(C):
                 continue
             for m in range(n):
-                G = self.rng.standard_normal((N, N))
+                if blocks:
+                    from scipy.linalg import block_diag
+                    G = block_diag(*(self.rng.standard_normal((size, size)) for _ in range(2)))
+                else:
+                    G = self.rng.standard_normal((N, N))
                 Z = (G + s * G.T) * scale
                 for i in range(n):
                     if C[i, m] != 0.0:
@@ -451,13 +530,13 @@ def _embedded_step(f, t, y, h, k1, tab=NOISE_TABLEAU):
 
 
 def _integrate_noisy(spec, P, nu, N, seed, times, epsilon, rng, dt_max, spectra=True, sign=1.0, init="free",
-                     rtol=1e-4):
+                     rtol=1e-4, odd=()):
     """One noise path of the stochastic flow: adaptive Dormand–Prince 5(4) steps of the drift (error
     control at ``rtol``; a step is also kept ≤ NOISE_STEP/(εν_max), ≤ SPLIT_STEP/(|ẏ|/|y|) and ≤
     ``dt_max``), the noise applied in the symmetric (Strang) order: before each drift step the noise
     map brings the noise clock to the step's midpoint, at every output time to that time (Itô: ν at
     the state the map acts on)."""
-    flow = _start(spec, P, N, seed, init)
+    flow = _start(spec, P, N, seed, init, odd)
     noise = _Noise(flow, nu, epsilon, rng, sign)
     theta0 = flow.theta(flow.mats, 0.0)[0]
     for E in nu.values():                  # non-polynomial ν: quadrature order chosen at the start
@@ -530,7 +609,7 @@ def _integrate_noisy(spec, P, nu, N, seed, times, epsilon, rng, dt_max, spectra=
 
 
 def _noisy_average(spec, P, nu, N, seed, times, epsilon, noise_seed, dt_max, realisations, spectra=True,
-                   antithetic=False, init="free"):
+                   antithetic=False, init="free", odd=()):
     """Mean over noise paths and its standard error (antithetic: paths 2j, 2j+1 use ±dΞ of one
     stream; the error is then that of the R/2 pair means)."""
     tables, first_spectra, nev, steps = [], None, 0, 0
@@ -538,7 +617,7 @@ def _noisy_average(spec, P, nu, N, seed, times, epsilon, noise_seed, dt_max, rea
         j, sign = (r // 2, (-1.0) ** r) if antithetic else (r, 1.0)
         rng = np.random.default_rng(np.random.SeedSequence([int(noise_seed), int(N), j, 0x5eed]))
         tab, sp_, ne, st = _integrate_noisy(spec, P, nu, N, seed, times, epsilon, rng, dt_max,
-                                            spectra=spectra and r == 0, sign=sign, init=init)
+                                            spectra=spectra and r == 0, sign=sign, init=init, odd=odd)
         tables.append(tab)
         nev += ne
         steps += st
@@ -648,6 +727,8 @@ def solve_spectral(spec, time: float = 1.0, points: int = 51, size: int = 1000, 
     times = np.linspace(0.0, float(time), int(points)) if points > 1 else np.array([float(time)])
     if points == 1:
         times = np.array([0.0, float(time)])
+    # teachers the students do not see at zero overlap: realised odd (exactly on the invariant set)
+    odd = decoupled_teachers(spec, P) if init == "free" and size % 2 == 0 else []
     noisy = epsilon is not None and float(epsilon) != 0.0
     if noisy:
         epsilon = float(epsilon)
@@ -667,15 +748,16 @@ def solve_spectral(spec, time: float = 1.0, points: int = 51, size: int = 1000, 
         def run(n, want_spectra=True):
             tab, sp_, nev_, steps_, sem_ = _noisy_average(spec, P, nu, n, seed, times, epsilon, nseed,
                                                           noise_dt, R, spectra=want_spectra,
-                                                          antithetic=bool(noise_antithetic), init=init)
+                                                          antithetic=bool(noise_antithetic), init=init, odd=odd)
             return tab, sp_, nev_, {"noise_steps": steps_, "noise_sem": sem_}
     else:
         def run(n, want_spectra=True):
             tab, sp_, nev_ = _integrate(spec, P, n, seed, times, method, rtol, atol, spectra=want_spectra,
-                                        init=init)
+                                        init=init, odd=odd)
             return tab, sp_, nev_, {}
     table, spectra, nev, extra = run(size)
-    info = {"rhs_evaluations": nev, "method": method, "rtol": rtol, "init": init, "extrapolated": False}
+    info = {"rhs_evaluations": nev, "method": method, "rtol": rtol, "init": init, "extrapolated": False,
+            "decoupled": [spec.names[k] for k in odd]}
     if noisy:
         info.update({"method": "adaptive Dormand-Prince drift + noise maps (Strang order)", "rtol": 1e-4,
                      "epsilon": epsilon, "noise_seed": nseed, "noise_dt": noise_dt, "noise_realisations": R,
