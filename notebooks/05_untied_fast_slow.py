@@ -317,8 +317,8 @@ free-law limit (N = {N_FREE}) reaches {free_final['linear']:.3f} for linear at �
 no linear signal for {', '.join(NL)}: {', '.join(f"{a}: overlap {free_start[a]:.1e} at the start, {free_final[a]:+.3f} at τ = {T_LONG}" + (" (teacher decoupled: realised exactly on the invariant set)" if free_decoupled[a] else " (Haar realisation)") for a in NL)}.
 The uninformative point is unstable (docs/theory.md §7): where Φ is even in the teacher (h2) the realisation
 sits exactly on it and stays there — the limit; where the coupling vanishes only at the free-law values of the
-teacher's own parameters (h3: E h3'(G_t) = 3(q_tt − 1)), a finite-N realisation starts O(1/N) off it and escapes
-after a time ∝ ln N. At finite d the h2 escape in SGD does not follow d^(−1/2) (README: 0.56 / 0.61 / 0.61 at
+teacher's own parameters (h3: E h3'(G_t) = 3(q_tt − 1)), a finite-N realisation starts O(1/N) off it and moves
+away (h3 at τ = {T_LONG}: {free_final.get('h3', float('nan')):+.3f}); only N → ∞ stays at 0. At finite d the h2 escape in SGD does not follow d^(−1/2) (README: 0.56 / 0.61 / 0.61 at
 d = 100 / 200 / 400).""")
 
 # %%

@@ -183,7 +183,7 @@ def test_h2_matches_independent_matrix_flow():
     N, seed = 60, 3
     mats = initial_realisation(H2, N, seed)
     S, T = mats[0].dense(N), mats[1].dense(N)
-    assert mats[1].kind == "diag" and mats[0].kind == "factor"
+    assert mats[1].kind == "diag" and mats[0].kind == "dense"        # κ = 1: S itself (tied.DENSE_WIDTH)
     res = solve_spectral(H2, time=0.1, points=5, size=N, seed=seed, error_estimate=False)
     prev, t_prev = S, 0.0
     for i, t in enumerate(res.time[1:], start=1):

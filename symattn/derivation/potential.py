@@ -81,7 +81,7 @@ class GaussianExpectation(PicklesWithoutCaches):
     the entries they depend on and integrated by quadrature (tolerance ``tol``).
     """
 
-    TRANSIENT = ("_closed", "_mean_hessians", "_scaled", "_beta")    # lambdified / scaled copies: rebuilt after unpickling
+    TRANSIENT = ("_closed", "_mean_hessians", "_scaled", "_beta", "_split")    # lambdified / scaled copies: rebuilt after unpickling
 
     def __init__(self, spec, terms, tol: float = 1e-8, gauss: GaussianG | None = None, gradient: bool = True,
                  relative: bool = False, start_order: int = 17, max_nodes: int = MAX_NODES):
@@ -302,37 +302,32 @@ class Potential(GaussianExpectation):
         return self.split_gradient(grad)
 
     def split_gradient(self, grad) -> Gradients:
+        """g_m, GΩ, GΨ from the plain partials ``grad`` (``_split_plan``: weights and positions, once)."""
+        plan = self.__dict__.get("_split")
+        if plan is None:
+            plan = self._split = self._split_plan()
+        m_at, m_pos, o_pos, o_w, p_pos, p_w = plan
+        grad = np.asarray(grad, dtype=float)
         K = self.spec.K
-        gm, go, gp = np.zeros(K), np.zeros((K, K)), np.zeros((K, K))
+        gm = np.zeros(K)
+        gm[m_at] = grad[m_pos]
+        return Gradients(gm, (o_w * grad[o_pos]).reshape(K, K), (p_w * grad[p_pos]).reshape(K, K))
+
+    def _split_plan(self):
+        """Per entry (k, l) of GΩ, GΨ: the position of its partial in θ and its weight — ½ off the
+        diagonal (ordered pairs), and ½ again where Ω = Ψ = q (the derivative in q split evenly)."""
+        K = self.spec.K
         pos = {n: i for i, n in enumerate(self.names)}
+        m_at = [k for k in range(K) if self.op.m(k) != 0]
+        m_pos = [pos[self.op.m(k).name] for k in m_at]
+        o_pos, o_w, p_pos, p_w = [], [], [], []
         for k in range(K):
-            name = self.op.m(k)
-            if name != 0:
-                gm[k] = grad[pos[name.name]]
             for l in range(K):
                 w = 1.0 if k == l else 0.5
                 so, sq = self.op.omega(k, l), self.op.psi(k, l)
-                if so == sq:
-                    go[k, l] = gp[k, l] = 0.5 * w * grad[pos[so.name]]
-                else:
-                    go[k, l] = w * grad[pos[so.name]]
-                    gp[k, l] = w * grad[pos[sq.name]]
-        return Gradients(gm, go, gp)
-
-    def gamma(self, values) -> np.ndarray:
-        return self.gradients(values).gamma
-
-    def gradient_named(self, values) -> dict:
-        """docs/interface.md ``potential --json`` gradient: Γ convention (off-diagonal halved) by name."""
-        _, grad = self.value_and_gradient(values)
-        out = {}
-        for n, gval in zip(self.names, grad):
-            parts = n.split("_")
-            off = len(parts) == 3 and parts[1] != parts[2]
-            out[n] = float(gval) * (0.5 if (n.startswith("q") and off) else 1.0)
-        return out
-
-
-def potential(spec, tol: float = 1e-8) -> Potential:
-    """Φ of a spec (path, dict or Spec)."""
-    return Potential(spec, tol=tol)
+                o_pos.append(pos[so.name])
+                p_pos.append(pos[sq.name])
+                o_w.append(0.5 * w if so == sq else w)
+                p_w.append(0.5 * w if so == sq else w)
+        return (np.array(m_at, dtype=int), np.array(m_pos, dtype=int), np.array(o_pos, dtype=int),
+                np.array(o_w), np.array(p_pos, dtype=int), np.array(p_w))

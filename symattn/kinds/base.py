@@ -83,6 +83,11 @@ class Kind:
         raise SpecError(f"indices.{ix.name}.parameterization: {self.name} — no size-N realisation of its "
                         f"initial law for the matrix-level solver")
 
+    def noise_map(self, M, X):
+        """Its size-N matrix ``M`` (``symattn.matrix.Mat``) after the Gaussian-equivalent SGD noise
+        increment X (``spectral._Noise``): additive, S ← S − X, unless the kind says otherwise."""
+        return M.with_parts([M.value - X])
+
     def matrix_velocity(self, k: int, ctx) -> tuple:
         """d/dτ of its size-N parts (``Mat.parts``) in the matrix-level limit flow (docs/theory.md §5;
         ``ctx``: the current matrices, the gradients of Φ at the current order parameters, γ)."""

@@ -5,6 +5,8 @@ import numpy as np
 
 from .base import Kind, factor_width, transpose
 
+DENSE_WIDTH = 0.618     # κ + κ² > 1 above: S·S (N³) is cheaper than WᵀW and W(WᵀW)
+
 
 class Tied(Kind):
     name = "tied"
@@ -24,23 +26,45 @@ class Tied(Kind):
         return max(int(round(ix.width * dim)), 1)
 
     def realise(self, ix, N, rng, diagonal):
-        """Free Poisson (Marchenko–Pastur) quantiles; as a factor O diag(√λ) of its non-zero part."""
+        """Free Poisson (Marchenko–Pastur) quantiles λ and a Haar O: S = O diag(λ) Oᵀ itself when the
+        width κ > DENSE_WIDTH, else the factor O diag(√λ) of its non-zero part (whichever flow costs
+        fewer flops per evaluation: one N³ product S·S, or WᵀW and W(WᵀW), (κ + κ²)N³)."""
         from ..symbolic.spectra import free_poisson_quantiles, haar_orthogonal
         lam = free_poisson_quantiles(N, ix.width, ix.sigma ** 2)
         if diagonal:
             return "diag", lam
         O = haar_orthogonal(N, rng)
+        if ix.width > DENSE_WIDTH:
+            S = (O * lam[None, :]) @ O.T
+            return "dense", 0.5 * (S + S.T)
         nz = lam > 0
         return "factor", O[:, nz] * np.sqrt(lam[nz])[None, :]
 
     def matrix_velocity(self, k, ctx):
-        """dW_k/dτ = −4 (Σ_l Γ_kl S_l) W_k − γ W_k, so that d(WWᵀ)/dτ is the S flow below."""
-        W = ctx.mats[k].value
-        acc = np.zeros_like(W)
+        """dW_k/dτ = −4 (Σ_l Γ_kl S_l) W_k − γ W_k, so that d(WWᵀ)/dτ is the S flow below; in the
+        dense form S itself, dS_k/dτ = A + Aᵀ − 2γ S_k with A = −4 Σ_l Γ_kl S_l S_k."""
+        M = ctx.mats[k].value
+        acc = None
         for l in range(ctx.K):
-            if ctx.gamma[k, l] != 0.0:
-                acc += ctx.gamma[k, l] * ctx.sym_apply(l, W, k)
-        return (-4.0 * acc - ctx.wd * W,)
+            c = -4.0 * ctx.gamma[k, l]
+            if c != 0.0:
+                t = ctx.sym_apply(l, M, k)                  # a new array: scaled in place
+                t *= c
+                acc = t if acc is None else acc.__iadd__(t)
+        if acc is None:
+            acc = np.zeros_like(M)
+        if ctx.mats[k].kind == "dense":
+            acc = acc + acc.T
+            return (acc - 2.0 * ctx.wd * M if ctx.wd else acc,)
+        return (acc - ctx.wd * M if ctx.wd else acc,)
+
+    def noise_map(self, M, X):
+        """W ← (I − 2dΞ)W, i.e. S ← (I − 2dΞ) S (I − 2dΞ) (the dense form)."""
+        from ..matrix import Mat
+        if M.kind == "dense":
+            A = M.value - 2.0 * (X @ M.value)
+            return Mat("dense", A - 2.0 * (A @ X))
+        return Mat("factor", M.value - 2.0 * (X @ M.value))
 
     # SGD: ∇_W = Σ_b X_bᵀ (e_b + e_bᵀ) X_b W /(B√d) − 2 mean_b tr(e_b C) W/√d
     def preactivation(self, P, X, cols, XXt=None, scale=None):

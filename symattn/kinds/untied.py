@@ -47,6 +47,12 @@ class Untied(Kind):
             parts.append((O[:, nz] * np.sqrt(lam[nz])[None, :]) @ Q.T)
         return "pair", tuple(parts)
 
+    def noise_map(self, M, X):
+        """(U, V) ← (U − dΞ V, V − dΞᵀ U)."""
+        from ..matrix import Mat
+        U, V = M.value
+        return Mat("pair", (U - X @ V, V - X.T @ U))
+
     def matrix_velocity(self, k, ctx):
         """U̇ = −β V − 2 X V − γU, V̇ = −β U − 2 Xᵀ U − γV, X = Σ_l (GΩ_kl M_l + GΨ_kl M_lᵀ), with the
         slaved-mean force β = −ψ/(tᴬ + tᴮ), ψ = 2(tr X B + tr A X), which keeps tr M fixed (§6)."""
