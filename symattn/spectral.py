@@ -372,9 +372,12 @@ class _Flow:
         return row, spectra
 
 
-def _start(spec, P, N, seed, init, odd=()):
-    """The flow at its first slow-phase state: matrices, calibrated quadrature, relaxed means."""
+def _start(spec, P, N, seed, init, odd=(), noisy=False):
+    """The flow at its first slow-phase state: matrices (for a noisy flow in each kind's
+    ``noisy_form``), calibrated quadrature, relaxed means."""
     mats = initial_realisation(spec, N, seed, init, odd=odd)
+    if noisy:
+        mats = [ix.kind.noisy_form(M) for ix, M in zip(spec.indices, mats)]
     sample = init == "sample"
     means = {k: math.sqrt(N) * mats[k].trace(N) for k, ix in enumerate(spec.indices) if not ix.centred} \
         if sample else {}
@@ -534,7 +537,7 @@ def _integrate_noisy(spec, P, nu, N, seed, times, epsilon, rng, dt_max, spectra=
     ``dt_max``), the noise applied in the symmetric (Strang) order: before each drift step the noise
     map brings the noise clock to the step's midpoint, at every output time to that time (Itô: ν at
     the state the map acts on)."""
-    flow = _start(spec, P, N, seed, init, odd)
+    flow = _start(spec, P, N, seed, init, odd, noisy=True)
     noise = _Noise(flow, nu, epsilon, rng, sign)
     theta0 = flow.theta(flow.mats, 0.0)[0]
     for E in nu.values():                  # non-polynomial ν: quadrature order chosen at the start

@@ -83,6 +83,10 @@ class Kind:
         raise SpecError(f"indices.{ix.name}.parameterization: {self.name} — no size-N realisation of its "
                         f"initial law for the matrix-level solver")
 
+    def noisy_form(self, M):
+        """The form of its size-N matrix the noisy flow integrates (``spectral._integrate_noisy``)."""
+        return M
+
     def noise_map(self, M, X):
         """Its size-N matrix ``M`` (``symattn.matrix.Mat``) after the Gaussian-equivalent SGD noise
         increment X (``spectral._Noise``): additive, S ← S − X, unless the kind says otherwise."""
