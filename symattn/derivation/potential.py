@@ -331,3 +331,21 @@ class Potential(GaussianExpectation):
                 p_w.append(0.5 * w if so == sq else w)
         return (np.array(m_at, dtype=int), np.array(m_pos, dtype=int), np.array(o_pos, dtype=int),
                 np.array(o_w), np.array(p_pos, dtype=int), np.array(p_w))
+
+    def gamma(self, values) -> np.ndarray:
+        return self.gradients(values).gamma
+
+    def gradient_named(self, values) -> dict:
+        """docs/interface.md ``potential --json`` gradient: Γ convention (off-diagonal halved) by name."""
+        _, grad = self.value_and_gradient(values)
+        out = {}
+        for n, gval in zip(self.names, grad):
+            parts = n.split("_")
+            off = len(parts) == 3 and parts[1] != parts[2]
+            out[n] = float(gval) * (0.5 if (n.startswith("q") and off) else 1.0)
+        return out
+
+
+def potential(spec, tol: float = 1e-8) -> Potential:
+    """Φ of a spec (path, dict or Spec)."""
+    return Potential(spec, tol=tol)
