@@ -187,21 +187,18 @@ def test_label_noise_variance_is_a_run_time_parameter():
     assert abs(mod.phi_and_grad(th, np.array([0.4, 1.0]))[0] - mod.phi_and_grad(th, np.array([0.1, 1.0]))[0] - 0.5 * 4 * 0.3) < 1e-12
 
 
-def test_inverse_temperature_is_a_run_time_parameter(tmp_path, monkeypatch):
+def test_inverse_temperature_is_a_run_time_parameter():
     """Specs differing only in the softmax β (1, 2, 0.5) share one module: the integrands are written in
     H = βG and integrated over N(βμ, β²Σ), so the source is the same and deriving the others adds no
-    module or kernel file to the cache (nothing recompiles). At each β the compiled right-hand side
-    (ε = 0.05, so ν too) equals that spec's reference one (1e-9); the reference Φ at β = 2 is checked
-    against Monte Carlo over G in test_potential (softmax_L2_b2). β changes the dynamics."""
-    import sys
-
+    module or kernel file to the cache (nothing recompiles; the module is the one softmax_beta2 above
+    uses). At each β the compiled right-hand side (ε = 0.05, so ν too) equals that spec's reference one
+    (1e-9); the reference Φ at β = 2 is checked against Monte Carlo over G in test_potential
+    (softmax_L2_b2). β changes the dynamics."""
+    from symattn.codegen.load import cache_dir
     from symattn.codegen.systems import source
-    monkeypatch.setenv("SYMATTN_CACHE", str(tmp_path))
-    for name in [n for n in sys.modules if n.startswith("symattn_generated_")]:
-        monkeypatch.delitem(sys.modules, name)
     first = derive(spec("softmax", beta=1.0), 2)
     mod = compiled(first)                                   # stores the derived system with its source
-    files = sorted(p.name for p in tmp_path.rglob("*.py"))
+    files = sorted(p.name for p in cache_dir().rglob("*.py"))
     systems = [first] + [derive(spec("softmax", beta=b), 2) for b in (2.0, 0.5)]
     assert all(getattr(s, "_source", None) == first._source for s in systems[1:])   # loaded, not re-derived
     assert source(systems[1]) == first._source
@@ -214,5 +211,5 @@ def test_inverse_temperature_is_a_run_time_parameter(tmp_path, monkeypatch):
         ref, out = R.rhs(system, 0.0, y, p), mod.rhs(0.0, y, p)
         assert np.allclose(out, ref, rtol=1e-9, atol=1e-9 * (1 + np.abs(ref).max())), system.spec.beta
         got.append(out)
-    assert sorted(p.name for p in tmp_path.rglob("*.py")) == files
+    assert sorted(p.name for p in cache_dir().rglob("*.py")) == files
     assert min(np.max(np.abs(got[i] - got[j])) for i, j in ((0, 1), (0, 2), (1, 2))) > 1e-3
