@@ -100,7 +100,8 @@ __all__ = [
 ]
 
 _BLOWUP = 1e12          # |q| beyond this is a divergence
-_CHEAP_BOUND = 1e2      # entries below this keep every trace (≤ quartic in them, times N) far below _BLOWUP
+_CHEAP_BOUND = 1e3      # entries below this/N keep every order parameter below _BLOWUP: the largest is
+                        # quartic in a factor's entries, Tr((WWᵀ)²)/N ≤ N (N·(1e3/N)²)² = 1e12/N
 
 
 # ============================================================================ initial matrices
@@ -160,7 +161,7 @@ def decoupled_teachers(spec, P, trials: int = 4) -> list:
     student s and every such t, m_t = 0} Φ's coupling vanishes, GΩ_st = GΨ_st = 0 — checked at
     ``trials`` random points of the set (odd realisations at N = 8, random student means). The flow
     then leaves the set invariant, so in the limit the overlap with t stays exactly 0 (the paper's
-    uninformative h2, h3 teachers); a Haar realisation at finite N starts O(1/N) off the set, and
+    uninformative h2 teacher); a Haar realisation at finite N starts O(1/N) off the set, and
     where the set is unstable it escapes (docs/theory.md §7)."""
     cand = []
     rng = np.random.default_rng(0)
@@ -329,7 +330,7 @@ class _Flow:
         """Raise NumericalFailure(t) on an accepted state that diverged or lost its slaved means."""
         if not np.all(np.isfinite(y)):
             raise NumericalFailure(f"spectral flow: NaN/inf at time {t:.6g}", t)
-        if not self.mean_pos and float(np.max(np.abs(y), initial=0.0)) < _CHEAP_BOUND:
+        if not self.mean_pos and float(np.max(np.abs(y), initial=0.0)) * self.N < _CHEAP_BOUND:
             return                              # no means to update, and no trace can be near _BLOWUP
         th, _ = self.theta(self.unpack(y), t)
         if self.mean_pos:
