@@ -80,6 +80,7 @@ from pathlib import Path
 
 import numpy as np
 from scipy import integrate
+from scipy.linalg import block_diag
 
 from .derivation.means import relax_means, solve_means
 from .errors import NumericalFailure, UsageError
@@ -138,7 +139,6 @@ def _blocks(a: Mat, b: Mat, odd: bool) -> Mat:
     diag(a, b), or (``odd``) off-diagonal [[0, a], [b, 0]] — an untied pair as U = [[0, U_a], [U_b, 0]],
     V = [[V_b, 0], [0, V_a]], so that M = UVᵀ = [[0, U_a V_aᵀ], [U_b V_bᵀ, 0]]. With O = diag(I, −I),
     O M Oᵀ = −M for the odd indices and = M for the others (docs/theory.md §7)."""
-    from scipy.linalg import block_diag
     if a.kind == "scalar":
         return a
     if a.kind == "pair":
@@ -174,10 +174,9 @@ def decoupled_teachers(spec, P, trials: int = 4) -> list:
         return []
     names = {n: i for i, n in enumerate(P.names)}
     fresh = bool(P.quad_terms) and P.order is None        # calibrated here for the check only
-    flow = None
+    flow = _Flow(spec, initial_realisation(spec, 8, seed=1000, odd=cand), 8, P)   # reads the order parameters
     for trial in range(trials):
         mats = initial_realisation(spec, 8, seed=1000 + trial, odd=cand)
-        flow = _Flow(spec, mats, 8, P) if flow is None else flow
         th, _ = flow.theta(mats, 0.0, slave=False)
         for k in spec.students:
             if not spec.indices[k].centred:
@@ -490,7 +489,6 @@ class _Noise:
                 continue
             for m in range(n):
                 if blocks:
-                    from scipy.linalg import block_diag
                     G = block_diag(*(self.rng.standard_normal((size, size)) for _ in range(2)))
                 else:
                     G = self.rng.standard_normal((N, N))

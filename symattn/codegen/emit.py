@@ -287,14 +287,13 @@ def gradient_entries(potential, var="g") -> dict:
     """(matrix, k, l) -> the expression of GΩ_kl ("GO"), GΨ_kl ("GP") and Γ_kl = GΩ_kl + GΨ_kl ("Gamma")
     (K×K, full-matrix convention of derive.potential) in the plain partial derivatives ``var`` = ∂Φ/∂θ;
     a pair with Ω = Ψ = q splits ∂Φ/∂q evenly. Scalars, no arrays: nothing to allocate or compile."""
-    op, K = potential.op, potential.spec.K
-    pos = {n: i for i, n in enumerate(potential.names)}
+    K = potential.spec.K
+    _, _, o_pos, p_pos, weight = potential.split_plan()
     out = {}
     for k in range(K):
         for l in range(K):
-            so, sq = op.omega(k, l), op.psi(k, l)
-            c = (1.0 if k == l else 0.5) * (0.5 if so == sq else 1.0)
-            io, ip = pos[so.name], pos[sq.name]
+            n = k * K + l
+            c, io, ip = float(weight[n]), int(o_pos[n]), int(p_pos[n])
             out["GO", k, l] = f"{c!r} * {var}[{io}]"
             out["GP", k, l] = f"{c!r} * {var}[{ip}]"
             out["Gamma", k, l] = f"{2 * c!r} * {var}[{io}]" if io == ip else f"{c!r} * ({var}[{io}] + {var}[{ip}])"

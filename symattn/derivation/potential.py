@@ -21,7 +21,7 @@ import sympy as sp
 
 from ..spec import Spec, load_spec
 from ..symbolic.gaussian import BETA, LABEL_NOISE, GaussianG, OrderParameters, integrate_label_noise
-from ..symbolic.loss import build_loss
+from ..symbolic.loss import beta_of, build_loss
 from ..symbolic.quadrature import MAX_NODES, QuadTerm, SeparableTerm, adaptive_orders, half_width_for
 from ..transient import PicklesWithoutCaches
 
@@ -145,8 +145,7 @@ class GaussianExpectation(PicklesWithoutCaches):
         argument of the generated module, 1 where the loss has none)."""
         if "_beta" in self.__dict__:
             return self.__dict__["_beta"]
-        spec = self.spec
-        return float(spec.beta) if spec.activation == "softmax" and spec.loss is None else 1.0
+        return beta_of(self.spec)
 
     @property
     def quad_terms(self) -> list:
@@ -302,35 +301,35 @@ class Potential(GaussianExpectation):
         return self.split_gradient(grad)
 
     def split_gradient(self, grad) -> Gradients:
-        """g_m, GΩ, GΨ from the plain partials ``grad`` (``_split_plan``: weights and positions, once)."""
+        """g_m, GΩ, GΨ from the plain partials ``grad`` (``split_plan``, built once)."""
         plan = self.__dict__.get("_split")
         if plan is None:
-            plan = self._split = self._split_plan()
-        m_at, m_pos, o_pos, o_w, p_pos, p_w = plan
+            plan = self._split = self.split_plan()
+        m_at, m_pos, o_pos, p_pos, w = plan
         grad = np.asarray(grad, dtype=float)
         K = self.spec.K
         gm = np.zeros(K)
         gm[m_at] = grad[m_pos]
-        return Gradients(gm, (o_w * grad[o_pos]).reshape(K, K), (p_w * grad[p_pos]).reshape(K, K))
+        return Gradients(gm, (w * grad[o_pos]).reshape(K, K), (w * grad[p_pos]).reshape(K, K))
 
-    def _split_plan(self):
-        """Per entry (k, l) of GΩ, GΨ: the position of its partial in θ and its weight — ½ off the
-        diagonal (ordered pairs), and ½ again where Ω = Ψ = q (the derivative in q split evenly)."""
+    def split_plan(self):
+        """The full-matrix convention (module docstring) as data: (indices k with a mean, the positions
+        of their ∂Φ/∂m_k in θ, per entry (k, l) row-major the positions of ∂Φ/∂Ω_kl and ∂Φ/∂Ψ_kl, and
+        the weight of both: ½ off the diagonal (ordered pairs), ½ again where Ω = Ψ = q, the derivative
+        in q split evenly). The Python split and the generated coefficient lines read it."""
         K = self.spec.K
         pos = {n: i for i, n in enumerate(self.names)}
         m_at = [k for k in range(K) if self.op.m(k) != 0]
         m_pos = [pos[self.op.m(k).name] for k in m_at]
-        o_pos, o_w, p_pos, p_w = [], [], [], []
+        o_pos, p_pos, w = [], [], []
         for k in range(K):
             for l in range(K):
-                w = 1.0 if k == l else 0.5
                 so, sq = self.op.omega(k, l), self.op.psi(k, l)
                 o_pos.append(pos[so.name])
                 p_pos.append(pos[sq.name])
-                o_w.append(0.5 * w if so == sq else w)
-                p_w.append(0.5 * w if so == sq else w)
+                w.append((1.0 if k == l else 0.5) * (0.5 if so == sq else 1.0))
         return (np.array(m_at, dtype=int), np.array(m_pos, dtype=int), np.array(o_pos, dtype=int),
-                np.array(o_w), np.array(p_pos, dtype=int), np.array(p_w))
+                np.array(p_pos, dtype=int), np.array(w))
 
     def gamma(self, values) -> np.ndarray:
         return self.gradients(values).gamma

@@ -30,6 +30,11 @@ def xi_symbol(i: int, j: int) -> sp.Symbol:
     return sp.Symbol(f"xi_{i + 1}_{j + 1}", real=True)
 
 
+def beta_of(spec: Spec) -> float:
+    """The value of ``BETA`` for a spec: its softmax inverse temperature, 1 where the loss has none."""
+    return float(spec.beta) if spec.activation == "softmax" and spec.loss is None else 1.0
+
+
 def head_output(spec: Spec, k: int):
     """L×L matrix F(G_k) of SymPy expressions for index k; a softmax's inverse temperature is the
     symbol ``BETA`` (a run-time parameter, ``Loss.beta`` its value)."""
@@ -67,8 +72,8 @@ class Loss:
 
     @property
     def beta(self) -> float:
-        """The value of ``BETA`` (the softmax inverse temperature; 1 where the loss has none)."""
-        return float(self.spec.beta) if self.spec.activation == "softmax" and self.spec.loss is None else 1.0
+        """The value of ``BETA`` (``beta_of``)."""
+        return beta_of(self.spec)
 
     @cached_property
     def g_symbols(self) -> list:

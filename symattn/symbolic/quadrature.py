@@ -37,6 +37,7 @@ from .quadrature_rule import (
     price_gradient,
     rule_1d,
     rule_for,
+    scaled_law,
     stein_hessian,
     tensor_points,
 )
@@ -157,9 +158,8 @@ class QuadTerm(PicklesWithoutCaches):
     def scaled(self, beta: float) -> QuadTerm:
         """The same integrand over N(βμ, β²Σ): E_{N(μ,Σ)} f(βG) (``quadrature_rule.term_data``)."""
         out = copy.copy(self)
-        b2 = beta * beta
-        out.mu0, out.mu_theta = beta * self.mu0, beta * self.mu_theta
-        out.cov0, out.cov_theta = b2 * self.cov0, b2 * self.cov_theta
+        out.mu0, out.mu_theta, out.cov0, out.cov_theta = scaled_law(beta, self.mu0, self.mu_theta, self.cov0,
+                                                                    self.cov_theta)
         return out
 
     @property

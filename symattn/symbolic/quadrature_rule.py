@@ -54,9 +54,14 @@ def term_data(terms, orders, beta: float) -> tuple:
     out = []
     for (P, mu0, mut, cov0, covt, cap, hw), order in zip(terms, orders):
         n, kind = rule_for(order, cap)
-        b2 = beta * beta
-        out.append(pack(P, beta * mu0, beta * mut, b2 * cov0, b2 * covt, rule_1d(n, hw, kind)))
+        out.append(pack(P, *scaled_law(beta, mu0, mut, cov0, covt), rule_1d(n, hw, kind)))
     return tuple(out)
+
+
+def scaled_law(beta: float, mu0, mut, cov0, covt) -> tuple:
+    """The affine law of G scaled to that of βG: (βμ0, β∂μ/∂θ, β²Σ0, β²∂Σ/∂θ)."""
+    b2 = beta * beta
+    return beta * mu0, beta * mut, b2 * cov0, b2 * covt
 
 
 VALUE, HESSIAN, STEIN = 0, 1, 2      # what the integrand outputs: [f] / [f, ∇f, upper ∇²f] / [f, ∇f]
