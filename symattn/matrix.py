@@ -8,6 +8,7 @@ Tr(A B)/N, Tr(A Bᵀ)/N cost O(N² r) through Grams; N³ work is matrix products
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -32,8 +33,12 @@ class Mat:
     def with_parts(self, parts) -> Mat:
         if self.kind == "pair":
             return Mat("pair", tuple(parts))
-        v = parts[0]
-        return Mat(self.kind, 0.5 * (v + v.T) if self.kind == "dense" else v)
+        return Mat(self.kind, parts[0])          # a dense S stays exactly symmetric: every flow and map keeps it so
+
+    @cached_property
+    def pair_sum(self) -> np.ndarray:
+        """λ_i + λ_j of a diagonal S (S X + X S = pair_sum ∘ X), kept with the (frozen) matrix."""
+        return self.value[:, None] + self.value[None, :]
 
     def dense(self, N: int) -> np.ndarray:
         if self.kind == "scalar":
@@ -110,7 +115,8 @@ def from_state(kind, state: dict) -> Mat:
     if f == "i":
         return Mat("scalar", float(L))
     if f == "d":
-        return Mat("dense" if kind.symmetric else "ndense", np.array(L, dtype=float))
+        S = np.array(L, dtype=float)
+        return Mat("dense", 0.5 * (S + S.T)) if kind.symmetric else Mat("ndense", S)
     if L is R:
         return Mat("factor", np.array(L, dtype=float))
     return Mat("pair", (np.array(L, dtype=float), np.array(R, dtype=float)))

@@ -28,7 +28,7 @@ from symattn.integration import integrate
 from symattn.spectral import _Flow, _Noise, initial_realisation, solve_spectral
 
 
-def make(act="linear", sigma=1.0, sigma_t=1.0, M=4, eps=0.1, kind="tied", teacher=None):
+def make(act="linear", sigma=1.0, sigma_t=1.0, M=4, eps=0.1, kind="tied", teacher=None, width=1.0):
     from symattn.kinds import KINDS
 
     def index(name, role, k, scale, width):
@@ -39,7 +39,7 @@ def make(act="linear", sigma=1.0, sigma_t=1.0, M=4, eps=0.1, kind="tied", teache
 
     teacher = teacher or kind
     return load_spec({"name": "spectral_noise", "model": {"tokens": 1, "activation": act},
-                      "indices": [index("student", "student", kind, sigma, 1.0),
+                      "indices": [index("student", "student", kind, sigma, width),
                                   index("teacher", "teacher", teacher, sigma_t, 0.5 if teacher == "tied" else 1.0)],
                       "training": {"batch_size": 64, "noise_ratio": eps}, "theory": {"truncation": M}})
 
@@ -97,17 +97,21 @@ def measure(mats, cols, N):
 COLS = columns(make())
 
 
-@pytest.mark.parametrize("kind,teacher,act,sigma,N", [
-    ("tied", "tied", "linear", 1.0, 300), ("tied", "tied", "h2", 0.5, 300),
-    ("untied", "untied", "linear", 1.0, 200), ("untied", "untied", "h3", 0.7, 200),
-    ("general", "tied", "h2", 0.7, 200), ("untied", "tied", "linear", 1.0, 150),
-    ("tied", "untied", "h2", 0.7, 150)])
-def test_generator_matches_noisy_hierarchy(kind, teacher, act, sigma, N):
-    """Every kind's matrix-level vector field and noise map against its hierarchy (docstring above)."""
+@pytest.mark.parametrize("kind,teacher,act,sigma,N,width", [
+    ("tied", "tied", "linear", 1.0, 300, 1.0), ("tied", "tied", "h2", 0.5, 300, 1.0),
+    ("tied", "tied", "h2", 0.7, 200, 0.5),             # a narrow tied student: the factor form W
+    ("untied", "untied", "linear", 1.0, 200, 1.0), ("untied", "untied", "h3", 0.7, 200, 1.0),
+    ("general", "tied", "h2", 0.7, 200, 1.0), ("untied", "tied", "linear", 1.0, 150, 1.0),
+    ("tied", "untied", "h2", 0.7, 150, 1.0)])
+def test_generator_matches_noisy_hierarchy(kind, teacher, act, sigma, N, width):
+    """Every kind's matrix-level vector field and noise map against its hierarchy (docstring above);
+    a tied student of width 1 is integrated as the dense S, of width 0.5 as its factor W."""
     eps, h, pairs = 0.1, 1e-3, 80
-    spec = make(act, sigma, sigma, kind=kind, teacher=teacher)
+    spec = make(act, sigma, sigma, kind=kind, teacher=teacher, width=width)
     system = derive(spec)
     mats = initial_realisation(spec, N, seed=0)
+    if kind == "tied":
+        assert mats[0].kind == ("dense" if width > 0.618 else "factor")
     mu = moments_of(system, mats, N)
     mod = compiled(system)
     r_eps, r_0 = mod.rhs(0.0, mu, R.params(system, eps)), mod.rhs(0.0, mu, R.params(system, 0.0))

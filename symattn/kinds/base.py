@@ -83,9 +83,10 @@ class Kind:
         raise SpecError(f"indices.{ix.name}.parameterization: {self.name} — no size-N realisation of its "
                         f"initial law for the matrix-level solver")
 
-    def noisy_form(self, M):
-        """The form of its size-N matrix the noisy flow integrates (``spectral._integrate_noisy``)."""
-        return M
+    def split_degree(self, M) -> int:
+        """Degree of its integrated size-N array in the trained parameters (``spectral._integrate_noisy``
+        caps a step by the parameters' relative change, that of the array divided by this degree)."""
+        return 1
 
     def noise_map(self, M, X):
         """Its size-N matrix ``M`` (``symattn.matrix.Mat``) after the Gaussian-equivalent SGD noise

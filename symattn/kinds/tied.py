@@ -42,39 +42,34 @@ class Tied(Kind):
 
     def matrix_velocity(self, k, ctx):
         """dW_k/dτ = −4 (Σ_l Γ_kl S_l) W_k − γ W_k, so that d(WWᵀ)/dτ is the S flow below; in the
-        dense form S itself, dS_k/dτ = A + Aᵀ − 2γ S_k with A = −4 Σ_l Γ_kl S_l S_k."""
-        M = ctx.mats[k].value
+        dense form S itself, dS_k/dτ = −4 Σ_l Γ_kl (S_l S_k + S_k S_l) − 2γ S_k."""
+        Mk = ctx.mats[k]
+        dense = Mk.kind == "dense"
         acc = None
         for l in range(ctx.K):
             c = -4.0 * ctx.gamma[k, l]
             if c != 0.0:
-                t = ctx.sym_apply(l, M, k)                  # a new array: scaled in place
+                t = ctx.sym_anticommutator(l, k) if dense else ctx.sym_apply(l, Mk.value, k)   # new arrays
                 t *= c
                 acc = t if acc is None else acc.__iadd__(t)
         if acc is None:
-            acc = np.zeros_like(M)
-        if ctx.mats[k].kind == "dense":
-            acc = acc + acc.T
-            return (acc - 2.0 * ctx.wd * M if ctx.wd else acc,)
-        return (acc - ctx.wd * M if ctx.wd else acc,)
+            acc = np.zeros_like(Mk.value)
+        if ctx.wd:
+            acc -= (2.0 if dense else 1.0) * ctx.wd * Mk.value
+        return (acc,)
 
-    def noisy_form(self, M):
-        """The factor W = Q diag(√λ) of a dense S = Q diag(λ) Qᵀ: the noisy flow's steps are capped by
-        the state's relative change, which S (quadratic in W) doubles, and its noise map costs two
-        products on S against one on W (measured: the README spectral example 106 s dense, 74 s as W)."""
-        from ..matrix import Mat
-        if M.kind != "dense":
-            return M
-        lam, Q = np.linalg.eigh(M.value)
-        nz = lam > 1e-14 * max(float(lam[-1]), 1e-300)
-        return Mat("factor", Q[:, nz] * np.sqrt(lam[nz])[None, :])
+    def split_degree(self, M):
+        """2 for the dense form S = WWᵀ (quadratic in W): the noisy flow's steps then match the factor
+        form's, at half the products per evaluation (one S·S against WᵀW and W(WᵀW))."""
+        return 2 if M.kind == "dense" else 1
 
     def noise_map(self, M, X):
         """W ← (I − 2dΞ)W, i.e. S ← (I − 2dΞ) S (I − 2dΞ) (the dense form)."""
         from ..matrix import Mat
         if M.kind == "dense":
             A = M.value - 2.0 * (X @ M.value)
-            return Mat("dense", A - 2.0 * (A @ X))
+            A = A - 2.0 * (A @ X)
+            return Mat("dense", 0.5 * (A + A.T))          # exactly symmetric (the flow keeps it so)
         return Mat("factor", M.value - 2.0 * (X @ M.value))
 
     # SGD: ∇_W = Σ_b X_bᵀ (e_b + e_bᵀ) X_b W /(B√d) − 2 mean_b tr(e_b C) W/√d
