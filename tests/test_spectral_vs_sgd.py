@@ -44,16 +44,21 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 K_SEM = 4.0
 # Default suite, h2: 4 seeds at d = 100 as at d = 50 (with 2, the SEM of the t = 0 loss — the finite-d
 # bias of the sampled initial state, 0.27 at d = 100 and 0.57 at d = 50 — is itself too uncertain; one
-# set of streams left it at 1.1 tol). Measured with 4: loss at t = 0 is the worst cell, dev/tol 0.97
-# (d = 50) and 0.98 (d = 100); the dynamics columns stay below 0.75.
+# set of streams left it at 1.1 tol). Measured with 4: loss at t = 0 was the worst cell, dev/tol 0.97
+# (d = 50) and 0.98 (d = 100) under ALLOW_D = 5, 0.52 and 0.58 under the loss's own 12 (below); the
+# dynamics columns stay below 0.75.
 # Measured (spectral N = 200 reference; "resid" = max over time of (|dev| − 4 sem − err_N)/(1 + |v|)):
 #   h2, ε = 0.002, horizon 0.06: max |dev| of p_student_student 0.142 (d = 50), 0.076 (d = 100) — it halves
 #     with d, i.e. finite-d dominated (≈ 7/d); resid up to 0.064 (d = 50, loss), 0.045 (d = 100, p_ss).
 #     Hence ALLOW_D = 5 (0.1 at d = 50, 0.05 at d = 100) and ALLOW_EPS = 0.01 for the ε-part that does not
 #     decay with d (docs/theory.md §7: at ε = 0.002 the initial drift is still ≈ 2–3 % below the ε → 0 limit).
+#   The loss of h2 (slow run, 4 seeds, N = 400) deviates most at τ ≈ 0.06: 0.167 at d = 100 and 0.091 at
+#     d = 200 (16.7/d and 18.1/d: finite-d, as the q's it is made of — q_st 0.102 → 0.044 there), i.e.
+#     ≈ 10/d·(1 + |v|) at v = 0.72: Φ weighs the q deviations with coefficients > 1, so the loss has its
+#     own allowance ALLOW_D = 12 (5 left it at dev/tol 1.14 and 1.19).
 #   softmax, ε = 0.01, horizon 0.6: max |dev| ≤ 0.02 at d = 50, resid ≤ 0.004; ALLOW_D = 1, ALLOW_EPS = 0.01.
 CASES = {
-    "h2": dict(file="tied_h2_L1.toml", eps=0.002, allow_d=5.0, allow_eps=0.01, size=200,
+    "h2": dict(file="tied_h2_L1.toml", eps=0.002, allow_d=5.0, allow_d_cols={"loss": 12.0}, allow_eps=0.01, size=200,
                default=dict(dims=(50, 100), seeds=(4, 4), time=0.06, points=13),
                slow=dict(dims=(100, 200), seeds=(4, 4), time=0.1, points=21, size=400)),
     "softmax": dict(file="tied_softmax_L2.toml", eps=0.01, allow_d=1.0, allow_eps=0.01, size=200,
@@ -131,7 +136,8 @@ def _curve_deviations(case, slow):
             v = np.interp(t, th["time"], th[col])
             err = np.interp(t, th["time"], th[col + "_err"])
             dev = np.abs(v - sim[col])
-            tol = K_SEM * sim[col + "_sem"] + err + (c["allow_d"] / d + c["allow_eps"]) * (1 + np.abs(v))
+            allow_d = c.get("allow_d_cols", {}).get(col, c["allow_d"])
+            tol = K_SEM * sim[col + "_sem"] + err + (allow_d / d + c["allow_eps"]) * (1 + np.abs(v))
             rows[col] = dict(max_dev=float(dev.max()), t_max=float(t[np.argmax(dev)]),
                              max_dev_over_tol=float(np.max(dev / tol)),
                              resid=float(np.max((dev - K_SEM * sim[col + "_sem"] - err) / (1 + np.abs(v)))))
@@ -142,7 +148,7 @@ def _curve_deviations(case, slow):
 def _print_report(case, report, slow):
     c, s = _settings(case, slow)
     print(f"\n[{case}] ε={c['eps']}, horizon {s['time']}, spectral N={s['size']}, tol = {K_SEM}·sem + err_N + "
-          f"({c['allow_d']}/d + {c['allow_eps']})(1+|v|)")
+          f"({c['allow_d']}/d + {c['allow_eps']})(1+|v|); ALLOW_D per column {c.get('allow_d_cols', {})}")
     for d, rows in report.items():
         for col, r in rows.items():
             print(f"  d={d:4d} {col:20s} max|dev| {r['max_dev']:.4f} at t={r['t_max']:.3f}  dev/tol {r['max_dev_over_tol']:.2f}"
