@@ -518,7 +518,7 @@ class _Noise:
 
 
 NOISE_STEP = 0.01      # εν_max·dt per noise step: the kick's operator norm stays ≈ 2√0.01 = 0.2
-SPLIT_STEP = 0.04      # relative change of the state per step; with the symmetric (Strang) order the O(ε)
+SPLIT_STEP = 0.04      # relative change of the trained parameters per step; with the symmetric (Strang) order the O(ε)
                        # effect of tests/test_spectral_noise.py is the same (within 0.2 %) at 0.01, 0.02, 0.04
 
 
@@ -526,7 +526,7 @@ class CashKarp:
     """Cash & Karp's embedded 5(4) pair (ACM TOMS 16 (1990) 201), propagating its 4th-order solution
     (the Fehlberg mode): six evaluations a step, none shared with the next step (the noise map comes in
     between), and a real stability interval [−4.21, 0] against Dormand–Prince's [−3.31, 0] in seven
-    (measured on the stiff tied h2 flow: ≈ 1.4× fewer evaluations). ``E`` = b5 − b4 estimates its error."""
+    (measured on the stiff tied h2 flow, N = 200, τ ≤ 2: 780 evaluations against 1 002). ``E`` = b5 − b4 estimates its error."""
     C = np.array([0.0, 1 / 5, 3 / 10, 3 / 5, 1.0, 7 / 8])
     A = np.array([[0, 0, 0, 0, 0],
                   [1 / 5, 0, 0, 0, 0],
@@ -612,6 +612,7 @@ def _integrate_noisy(spec, P, nu, N, seed, times, epsilon, rng, dt_max, spectra=
                 h = min(cap, 1e-2 * (t1 - t) + 1e-3 * cap)
             h_free = min(h, cap)
             h = min(h_free, t1 - t)
+            cut = h < h_free                                       # shortened to reach the output time
             if t + 0.5 * h > s:                                    # noise up to the step's midpoint
                 y, noise_cap = kick(y, t + 0.5 * h - s, t)
                 s = t + 0.5 * h
@@ -624,7 +625,7 @@ def _integrate_noisy(spec, P, nu, N, seed, times, epsilon, rng, dt_max, spectra=
                 if np.isfinite(e) and e <= 1.0:
                     break
                 h *= 0.2 if not np.isfinite(e) else max(0.2, 0.9 * e ** EXPONENT)
-                h_free = h
+                cut = False
                 if h < 1e-14 * max(1.0, t):
                     raise NumericalFailure(f"spectral flow: step size underflow at time {t:.6g}", t)
             flow.check(y_new, t + h)
@@ -633,7 +634,8 @@ def _integrate_noisy(spec, P, nu, N, seed, times, epsilon, rng, dt_max, spectra=
             y, t = y_new, t + h
             steps += 1
             h *= min(5.0, 0.9 * e ** EXPONENT) if e > 0 else 5.0
-            h = max(h, h_free)             # a step shortened to an output time does not shrink the next
+            if cut:                        # a step shortened to an output time does not shrink the next
+                h = max(h, h_free)
         t = t1
         if s < t1:                                                 # the last half step's noise
             y, noise_cap = kick(y, t1 - s, t1)
