@@ -526,7 +526,7 @@ class CashKarp:
     """Cash & Karp's embedded 5(4) pair (ACM TOMS 16 (1990) 201), propagating its 4th-order solution
     (the Fehlberg mode): six evaluations a step, none shared with the next step (the noise map comes in
     between), and a real stability interval [−4.21, 0] against Dormand–Prince's [−3.31, 0] in seven
-    (measured on the stiff tied h2 flow, N = 200, τ ≤ 2: 780 evaluations against 1 002). ``E`` = b5 − b4 estimates its error."""
+    (measured on the stiff tied h2 flow, N = 200, τ ≤ 2: 777 evaluations against 1 002). ``E`` = b5 − b4 estimates its error."""
     C = np.array([0.0, 1 / 5, 3 / 10, 3 / 5, 1.0, 7 / 8])
     A = np.array([[0, 0, 0, 0, 0],
                   [1 / 5, 0, 0, 0, 0],
