@@ -33,7 +33,8 @@ class Mat:
     def with_parts(self, parts) -> Mat:
         if self.kind == "pair":
             return Mat("pair", tuple(parts))
-        return Mat(self.kind, parts[0])          # a dense S stays exactly symmetric: every flow and map keeps it so
+        return Mat(self.kind, parts[0])          # a dense S is symmetrised where it is made (realisation,
+                                                 # from_state, noise map); the flows keep it so up to round-off
 
     @cached_property
     def pair_sum(self) -> np.ndarray:

@@ -69,7 +69,7 @@ class Tied(Kind):
         if M.kind == "dense":
             A = M.value - 2.0 * (X @ M.value)
             A = A - 2.0 * (A @ X)
-            return Mat("dense", 0.5 * (A + A.T))          # exactly symmetric (the flow keeps it so)
+            return Mat("dense", 0.5 * (A + A.T))          # symmetric again (Mat.with_parts does not symmetrise)
         return Mat("factor", M.value - 2.0 * (X @ M.value))
 
     # SGD: ∇_W = Σ_b X_bᵀ (e_b + e_bᵀ) X_b W /(B√d) − 2 mean_b tr(e_b C) W/√d
