@@ -166,7 +166,10 @@ def cmd_theory(args):
             _whole("--size", args.size, 4)
             if args.init == "sample":
                 raise UsageError("--size: not used with --init sample (the matrices are simulate's, N = --dim)")
-        _whole("--realisations", args.realisations, 1)
+        if args.realisations is not None:
+            _whole("--realisations", args.realisations, 1)
+        if args.rotations is not None:
+            _whole("--rotations", args.rotations, 1)
         for opt in ("spectra", "spectra_plot"):
             if getattr(args, opt):
                 from .files import check_output_file
@@ -365,18 +368,25 @@ def _theory_options(q, defaults_points=51, log_time=True, init="free"):
                    help="SGD-noise terms of ratio ε = αd/B (off: the paper's ε → 0 limit)")
     q.add_argument("--method", choices=["auto", "moments", "spectral"], default="auto",
                    help="auto: the closed hierarchy where it is exact (direct, general students), else the "
-                        "matrix-level limit (N and N/2, extrapolated in 1/N); moments: the truncated hierarchy; "
+                        "matrix-level limit (N = 128, mean of 4 realisations, errors from them and N/2); moments: "
+                        "the truncated hierarchy; "
                         "spectral: the matrix-level flow")
 
 
 def add_spectral_arguments(parser):
     """Options of ``symattn theory SPEC --method spectral`` (--time, --points, --seed, --out and
-    --method are the theory command's own): --size, --realisations, --spectra, --spectra-full,
-    --spectra-plot, --no-error-estimate."""
+    --method are the theory command's own): --size, --rotations, --realisations, --quick, --spectra,
+    --spectra-full, --spectra-plot, --no-error-estimate."""
     parser.add_argument("--size", type=int, default=None,
-                        help="spectral: pin the matrix size N (default: N = 256 and 128, extrapolated in 1/N)")
-    parser.add_argument("--realisations", type=int, default=4,
-                        help="spectral with SGD noise (ε > 0): antithetic noise paths averaged")
+                        help="spectral: the matrix size N (default 128; with the N/2 run for <col>_err)")
+    parser.add_argument("--rotations", type=int, default=None,
+                        help="spectral: independent realisations of the initial laws averaged (seeds seed … "
+                             "seed + R − 1; their standard error enters <col>_err; default 4, 1 with --init sample)")
+    parser.add_argument("--realisations", type=int, default=None,
+                        help="spectral with SGD noise (ε > 0): noise paths per realisation (default 1; an even "
+                             "number is run as antithetic pairs)")
+    parser.add_argument("--quick", action="store_true",
+                        help="spectral: interactive use, N = 64 (with the N/2 run; ≈ 2× the default's error)")
     parser.add_argument("--spectra", default=None, metavar="FILE",
                         help="spectral: write eigenvalue quantiles per time to FILE (CSV)")
     parser.add_argument("--spectra-full", action="store_true", help="spectral: all N eigenvalues in --spectra")

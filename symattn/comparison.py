@@ -109,6 +109,8 @@ def theory_label(info: dict) -> str:
     eps = info.get("epsilon") or 0.0
     if info.get("method") == "spectral":
         what = f"matrix level, N = {info['size']}"
+        if info.get("rotations", 1) > 1:
+            what += f", mean of {info['rotations']} realisations"
         if info.get("extrapolated"):
             what = f"matrix level, N → ∞ from N = {info['size']}, {info['size_half']}"
     else:
@@ -129,22 +131,22 @@ def theory_for(spec, time, points, truncation, init, dim, noise, method, size, s
     averaged over them (as the simulation's mean over the same seeds)."""
     from .derivation import derive
     from .integration import integrate
-    from .method import DEFAULT_SIZE, resolve
+    from .method import DEFAULT_ROTATIONS, DEFAULT_SIZE, resolve
 
     eps = spec.epsilon(dim) if noise else 0.0
     method = resolve(spec, method, truncation)
     if method == "spectral":
         from .spectral import solve_spectral
         kw = dict(time=time, points=max(points, 51), epsilon=eps or None, noise_realisations=4,
-                  noise_antithetic=eps > 0)
+                  noise_antithetic=eps > 0, spectra=False)
         if init == "sample":
             runs = [solve_spectral(spec, size=dim, seed=s, init="sample", **kw) for s in range(seeds)]
             return _seed_mean(runs), {"method": "spectral", "size": dim, "epsilon": eps, "init": "sample",
                                       "sampled_starts": seeds}, {}
-        th = solve_spectral(spec, size=size or DEFAULT_SIZE, extrapolate=size is None, **kw)
-        info = {"method": "spectral", "size": th.size, "epsilon": eps, "extrapolated": th.info["extrapolated"]}
-        if th.info["extrapolated"]:
-            info["size_half"] = th.info["size_half"]
+        kw.update(noise_realisations=1, noise_antithetic=False)
+        th = solve_spectral(spec, size=size or DEFAULT_SIZE, rotations=DEFAULT_ROTATIONS, **kw)
+        info = {"method": "spectral", "size": th.size, "epsilon": eps, "extrapolated": False,
+                "rotations": th.info["rotations"]}
         return th.table, info, {}
     system = derive(spec, truncation)
     starts = range(seeds) if init == "sample" else [0]
@@ -246,7 +248,7 @@ def compare_dims(spec, dims, seeds: int = 4, time: float = 1.0, points: int = 21
     extrapolation of the simulations (``extrapolate``). Writes ``simulation_d<D>.csv`` per d,
     ``extrapolated.csv``, ``theory.csv``, ``comparison.png`` and ``summary.json`` to ``out``;
     summary["extrapolated"] holds, per column, the deviation of the theory from the extrapolation
-    (max over time of |theory − extrapolation| and of that in units of the extrapolation's error).
+    (max over time of ``|theory − extrapolation|`` and of that in units of the extrapolation's error).
     """
     from .errors import SpecError, UsageError
     from .simulation.run import simulate as _simulate

@@ -12,7 +12,6 @@ import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.integrate import solve_ivp
 
 from .errors import NumericalFailure
 
@@ -121,6 +120,7 @@ def solve(system, y0, time: float, points: int, epsilon: float = 0.0, rtol=None,
         return mod.rhs(t, y, current(y))
 
     try:
+        from scipy.integrate import solve_ivp
         sol = solve_ivp(rhs, (0.0, time), y0, t_eval=t_eval, args=(params,),
                         method="DOP853", rtol=rtol, atol=atol, events=blowup)
     except (ArithmeticError, np.linalg.LinAlgError) as exc:   # e.g. no slaved mean (untied): FloatingPointError
@@ -164,7 +164,7 @@ def integrate(system, time: float = 1.0, points: int = 51, init="free", dim: int
     init: "free" (free probability), "sample" (moments of simulate's seed-``seed`` matrices at
     ``dim``) or an explicit initial state vector. epsilon: SGD-noise ratio (default the spec's; 0
     for the paper's limit). With check_truncation, the M−2 system is integrated too and the first
-    time where observables differ by more than gap_tol·(1 + |value|) is reported. ``log_time``:
+    time where observables differ by more than ``gap_tol·(1 + |value|)`` is reported. ``log_time``:
     log-spaced output times (``time_grid``).
     """
     from .reference import initial, observables, restrict

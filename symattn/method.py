@@ -4,8 +4,9 @@
   is preserved, docs/theory.md §4) it is exact at M = 2 for all times; otherwise it is truncated at
   M and valid only while the M/M−2 gap stays below tolerance (``valid_until``).
 * ``spectral``: the matrix-level limit flow at size N (docs/theory.md §5, §6), valid at all times up
-  to its O(1/N) error; with ``auto`` it runs at N and N/2 and reports the 1/N extrapolation with
-  ``<col>_err`` columns.
+  to its O(1/N) error; by default the mean over ``DEFAULT_ROTATIONS`` independent realisations of the
+  initial laws at N = ``DEFAULT_SIZE``, with ``<col>_err`` from their spread and from the same at N/2
+  (``spectral.solve_spectral``; ``QUICK_SIZE`` for ``theory --quick``).
 
 ``auto`` picks the closed hierarchy where it is exact, the matrix level everywhere else (it is as
 accurate as the hierarchy inside the truncation window and valid beyond it); an explicit
@@ -14,7 +15,13 @@ accurate as the hierarchy inside the truncation window and valid beyond it); an 
 from __future__ import annotations
 
 METHODS = ("auto", "moments", "spectral")
-DEFAULT_SIZE = 256       # N of the auto matrix-level run (with N/2 = 128 for the extrapolation)
+DEFAULT_SIZE = 128       # N of the default matrix-level run (and N/2 = 64 for the error estimate)
+DEFAULT_ROTATIONS = 4    # independent realisations of the initial laws averaged (free start)
+QUICK_SIZE = 64          # N of ``theory --quick``
+# Measured against the mean of 4 realisations at N = 1024 (README example, τ ≤ 0.25, benchmarks/bench_theory_cost.py):
+# N = 128 × 4 is 10× closer (max |dev| 2.5e-3, inside <col>_err everywhere) than the former default, one
+# realisation at N = 256 and 128 extrapolated in 1/N (2.3e-2, outside its <col>_err at 65 % of the points: the
+# extrapolation doubles the random O(1/N) error of the rotations instead of removing it).
 
 
 def resolve(spec, method: str = "auto", truncation=None) -> str:

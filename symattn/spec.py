@@ -423,7 +423,7 @@ def load_spec(source, settings=None) -> Spec:
     """Read and validate a spec from a TOML path (or a shipped example's name), a dict or a Spec.
 
     ``settings``: overrides applied before validation, {dotted key: value} or ``KEY=VALUE``
-    strings (see :func:`apply_settings`)."""
+    strings (see ``apply_settings``)."""
     if isinstance(source, Spec):
         if not settings:
             return source

@@ -79,8 +79,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from scipy import integrate
-from scipy.linalg import block_diag
 
 from .derivation.means import relax_means, solve_means
 from .errors import NumericalFailure, UsageError
@@ -139,6 +137,7 @@ def _blocks(a: Mat, b: Mat, odd: bool) -> Mat:
     diag(a, b), or (``odd``) off-diagonal [[0, a], [b, 0]] — an untied pair as U = [[0, U_a], [U_b, 0]],
     V = [[V_b, 0], [0, V_a]], so that M = UVᵀ = [[0, U_a V_aᵀ], [U_b V_bᵀ, 0]]. With O = diag(I, −I),
     O M Oᵀ = −M for the odd indices and = M for the others (docs/theory.md §7)."""
+    from scipy.linalg import block_diag
     if a.kind == "scalar":
         return a
     if a.kind == "pair":
@@ -348,7 +347,7 @@ class _Flow:
         if self.mean_pos:
             self.m_warm = th[self.mean_pos]
 
-    def observe(self, y, t):
+    def observe(self, y, t, spectra: bool = True):
         mats = self.unpack(y)
         th, _ = self.theta(mats, t)
         N, names = self.N, self.names
@@ -381,8 +380,7 @@ class _Flow:
                 den = math.sqrt(abs(sym_product(a, a) * sym_product(b, b)))
                 row[f"overlap_{names[a]}_{names[b]}"] = sym_product(a, b) / den if den > 0 else math.nan
         row["loss"] = float(self.P.value(th))
-        spectra = {names[k]: mats[k].eigenvalues(N) for k in self.train}
-        return row, spectra
+        return row, ({names[k]: mats[k].eigenvalues(N) for k in self.train} if spectra else {})
 
 
 def _start(spec, P, N, seed, init, odd=()):
@@ -407,7 +405,7 @@ def _integrate(spec, P, N, seed, times, method, rtol, atol, spectra=True, init="
     rows, spec_rows = [], {spec.names[k]: [] for k in spec.students}
 
     def record(y, t):
-        row, sp_ = flow.observe(y, t)
+        row, sp_ = flow.observe(y, t, spectra=spectra)
         rows.append(row)
         if spectra:
             for n, ev in sp_.items():
@@ -416,6 +414,7 @@ def _integrate(spec, P, N, seed, times, method, rtol, atol, spectra=True, init="
     record(y0, float(times[0]))
     T = float(times[-1])
     if T > times[0]:
+        from scipy import integrate
         solver_cls = {"RK45": integrate.RK45, "DOP853": integrate.DOP853, "RK23": integrate.RK23}[method]
         solver = solver_cls(flow.rhs, float(times[0]), y0, T, rtol=rtol, atol=atol)
         nxt = 1
@@ -499,6 +498,7 @@ class _Noise:
                 continue
             for m in range(n):
                 if blocks:
+                    from scipy.linalg import block_diag
                     G = block_diag(*(self.rng.standard_normal((size, size)) for _ in range(2)))
                 else:
                     G = self.rng.standard_normal((N, N))
@@ -553,31 +553,51 @@ def _embedded_step(f, t, y, h, k1, K, tab=NOISE_TABLEAU):
     return y + (h * tab.B) @ K, (h * tab.E) @ K
 
 
+KNOTS = 8              # a noise path's drift steps are at most horizon/KNOTS: its outputs are interpolated between ≥ 9 knots
+PASS_TOL = 1e-4        # a step passes over output times only where the knots interpolate them to this (relative)
+
+
 def _integrate_noisy(spec, P, nu, N, seed, times, epsilon, rng, dt_max, spectra=True, sign=1.0, init="free",
-                     rtol=1e-4, odd=()):
+                     rtol=1e-4, odd=(), land=None):
     """One noise path of the stochastic flow: adaptive Cash–Karp 5(4) steps of the drift (error
     control at ``rtol``; a step is also kept ≤ NOISE_STEP/(εν_max), ≤ SPLIT_STEP/(relative speed of the
-    trained parameters, each array's divided by its kind's ``split_degree``) and ≤
-    ``dt_max``), the noise applied in the symmetric (Strang) order: before each drift step the noise
-    map brings the noise clock to the step's midpoint, at every output time to that time (Itô: ν at
-    the state the map acts on)."""
+    trained parameters, each array's divided by its kind's ``split_degree``), ≤ ``dt_max`` and ≤ the
+    horizon/KNOTS), the noise maps in the symmetric (Strang) order around them (Itô: ν at the state each
+    map acts on): before a step the map brings the noise clock to the step's midpoint; at a *knot* also to
+    the step's end, so that the state there is a complete state of the path, recorded.
+
+    A step that reaches an output time lands on it (a knot) unless that would more than halve it; then it
+    passes over it, if the knots interpolate the outputs it passes to PASS_TOL (``interpolable``; else it
+    lands after all), and its end is a knot. The output table holds the knots' values at the knots and cubics
+    through the four nearest knots between them (an O(h⁴) error of the mean path, far below its O(1/N)
+    error; docs/theory.md §7): the steps follow the flow, not the output grid — 10 steps instead of 53
+    output-bound ones on the README example. With ``land`` (default ``spectra``: all paths of a run alike)
+    every output time is a knot, where the eigenvalues are recorded."""
+    land = spectra if land is None else land
     flow = _start(spec, P, N, seed, init, odd)
     noise = _Noise(flow, nu, epsilon, rng, sign)
     theta0 = flow.theta(flow.mats, 0.0)[0]
     for E in nu.values():                  # non-polynomial ν: quadrature order chosen at the start
         if E.quad_terms and E.order is None:
             E.calibrate(dict(zip(P.names, theta0)))
-    rows, spec_rows = [], {spec.names[k]: [] for k in spec.students}
+    knots, rows, spec_rows = [], [], {spec.names[k]: [] for k in spec.students}
+    times = [float(t) for t in times]
+    outputs = iter(times)
+    next_out = next(outputs)
 
     def record(y, t):
-        row, sp_ = flow.observe(y, t)
+        nonlocal next_out
+        row, sp_ = flow.observe(y, t, spectra=spectra)
+        knots.append(t)
         rows.append(row)
-        if spectra:
-            for n, ev in sp_.items():
-                spec_rows[n].append(ev)
+        while next_out is not None and next_out <= t + 1e-12 * max(1.0, abs(t)):
+            if spectra:
+                for n, ev in sp_.items():
+                    spec_rows[n].append(ev)
+            next_out = next(outputs, None)
 
     y = flow.pack()
-    t = float(times[0])
+    t, T = times[0], times[-1]
     atol = rtol * 1e-2 * max(float(np.sqrt(np.mean(y ** 2))), 1e-300)
     per_degree = np.concatenate([np.full(np.size(p), 1.0 / spec.indices[k].kind.split_degree(flow.mats[k]))
                                  for k in flow.train for p in flow.mats[k].parts()])
@@ -585,10 +605,6 @@ def _integrate_noisy(spec, P, nu, N, seed, times, epsilon, rng, dt_max, spectra=
     def rate_of(k1, y):
         """Relative speed of the trained parameters (an array of degree p in them changes p times as fast)."""
         return float(np.linalg.norm(k1 * per_degree)) / max(float(np.linalg.norm(y)), 1e-300)
-
-    record(y, t)
-    steps, h, s, cap = 0, None, t, None
-    stages = np.empty((len(NOISE_TABLEAU.B), y.size))
 
     def kick(y, length, t_now):
         """(state after the noise map of ``length`` time units, the noise step cap at the old state);
@@ -601,49 +617,119 @@ def _integrate_noisy(spec, P, nu, N, seed, times, epsilon, rng, dt_max, spectra=
             y = flow.pack()
         return y, NOISE_STEP / (noise.eps * nu_max)
 
-    for t1 in times[1:]:
-        t1 = float(t1)
-        while t < t1 - 1e-12 * max(1.0, abs(t1)):
-            if cap is None:                                       # first step: caps of the start
-                k1 = flow.rhs(t, y)
-                _, noise_cap = kick(y, 0.0, t)
-                rate = rate_of(k1, y)
-                cap = min(noise_cap, SPLIT_STEP / max(rate, 1e-300), dt_max or np.inf)
-                h = min(cap, 1e-2 * (t1 - t) + 1e-3 * cap)
-            h_free = min(h, cap)
-            h = min(h_free, t1 - t)
-            cut = h < h_free                                       # shortened to reach the output time
-            if t + 0.5 * h > s:                                    # noise up to the step's midpoint
-                y, noise_cap = kick(y, t + 0.5 * h - s, t)
-                s = t + 0.5 * h
-            k1 = flow.rhs(t, y)
-            while True:
-                with np.errstate(over="ignore", invalid="ignore"):
-                    y_new, err = _embedded_step(flow.rhs, t, y, h, k1, stages)
-                    scale = atol + rtol * np.maximum(np.abs(y), np.abs(y_new))
-                    e = float(np.sqrt(np.mean((err / scale) ** 2)))
-                if np.isfinite(e) and e <= 1.0:
-                    break
-                h *= 0.2 if not np.isfinite(e) else max(0.2, 0.9 * e ** EXPONENT)
-                cut = False
-                if h < 1e-14 * max(1.0, t):
-                    raise NumericalFailure(f"spectral flow: step size underflow at time {t:.6g}", t)
-            flow.check(y_new, t + h)
-            rate = rate_of(k1, y)
-            cap = min(noise_cap, SPLIT_STEP / max(rate, 1e-300), dt_max or np.inf)
-            y, t = y_new, t + h
-            steps += 1
-            h *= min(5.0, 0.9 * e ** EXPONENT) if e > 0 else 5.0
-            if cut:                        # a step shortened to an output time does not shrink the next
-                h = max(h, h_free)
-        t = t1
-        if s < t1:                                                 # the last half step's noise
-            y, noise_cap = kick(y, t1 - s, t1)
-            s = t1
-        flow.mats = flow.unpack(y)
-        record(y, t)
-    table = {c: np.array([r[c] for r in rows]) for c in rows[0]}
+    record(y, t)
+    stages = np.empty((len(NOISE_TABLEAU.B), y.size))
+    h_max = min(dt_max or np.inf, (T - t) / KNOTS) if T > t else np.inf
+    steps, s = 0, t                           # s: the noise clock (≥ t; ahead only after a rejected step)
+    k1 = flow.rhs(t, y)
+    _, noise_cap = kick(y, 0.0, t)
+    cap = min(noise_cap, SPLIT_STEP / max(rate_of(k1, y), 1e-300), h_max)
+    h = min(cap, 1e-2 * (T - t) + 1e-3 * cap)
+    tiny = 1e-12 * max(1.0, abs(T))
+
+    def drift(h):
+        """One error-controlled Cash–Karp step from (t, y) (k1 = f(t, y)): (y_new, error norm, h taken)."""
+        while True:
+            with np.errstate(over="ignore", invalid="ignore"):
+                y_new, err = _embedded_step(flow.rhs, t, y, h, k1, stages)
+                scale = atol + rtol * np.maximum(np.abs(y), np.abs(y_new))
+                e = float(np.sqrt(np.mean((err / scale) ** 2)))
+            if np.isfinite(e) and e <= 1.0:
+                return y_new, e, h
+            h *= 0.2 if not np.isfinite(e) else max(0.2, 0.9 * e ** EXPONENT)
+            if h < 1e-14 * max(1.0, t):
+                raise NumericalFailure(f"spectral flow: step size underflow at time {t:.6g}", t)
+
+    def interpolable(y1, t1):
+        """Whether the knots interpolate the outputs a step to t1 passes over: the cubic through the last
+        three knots and the step's end and the quadratic through the last two and the end differ there
+        by at most PASS_TOL of each column's scale (with fewer than three knots: no; the step lands)."""
+        if len(knots) < 3:
+            return False
+        row, _ = flow.observe(y1, t1, spectra=False)
+        cols = [c for c in row if c != "time"]
+        x = np.array(knots[-3:] + [t1])
+        v = np.array([[r[c] for c in cols] for r in rows[-3:]] + [[row[c] for c in cols]])
+        inside = np.array([o for o in times if x[2] < o < t1])
+        cubic, quad = _lagrange(x, v, inside), _lagrange(x[1:], v[1:], inside)
+        scale = np.maximum(np.max(np.abs(v), axis=0), 1e-3)
+        return bool(np.all(np.abs(cubic - quad) <= PASS_TOL * scale))
+
+    while t < T - tiny:
+        h_free = min(h, cap)
+        h = min(h_free, T - t)
+        to_out = next_out - t if next_out is not None else np.inf
+        if to_out <= h and (land or h <= 2.0 * to_out):          # land on the output it reaches, unless that
+            h = to_out                                           # would more than halve the step
+        if t + 0.5 * h > s:                                    # noise up to the step's midpoint
+            y, noise_cap = kick(y, t + 0.5 * h - s, t)
+            s = t + 0.5 * h
+        k1 = flow.rhs(t, y)
+        while True:
+            y_new, e, h = drift(h)
+            if h <= to_out + tiny or interpolable(y_new, t + h):
+                break
+            h = to_out                                             # too fast to interpolate: land
+        cut = h < h_free and e <= 1.0                              # shortened to reach an output time or T
+        flow.check(y_new, t + h)
+        rate = rate_of(k1, y)
+        y, t = y_new, t + h
+        if t >= T - tiny:
+            t = T
+        if t == T or t >= next_out - tiny or h > to_out:          # a knot: complete the state, record it
+            if s < t:                                          # the step's second half noise
+                y, noise_cap = kick(y, t - s, t)
+                s = t
+            flow.mats = flow.unpack(y)
+            record(y, t)
+        cap = min(noise_cap, SPLIT_STEP / max(rate, 1e-300), h_max)
+        steps += 1
+        h *= min(5.0, 0.9 * e ** EXPONENT) if e > 0 else 5.0
+        if cut:                        # a step shortened to an output time does not shrink the next
+            h = max(h, h_free)
+    knots = np.array(knots)
+    out_t = np.array(times)
+    table = {"time": out_t}
+    for c in rows[0]:
+        if c != "time":
+            vals = np.array([r[c] for r in rows])
+            table[c] = _at_times(knots, vals, out_t)
     return table, {n: np.array(v) for n, v in spec_rows.items()}, flow.nevals, steps
+
+
+def _lagrange(x, v, at):
+    """Values at the times ``at`` of the polynomials through (x_i, v_i) (v: knots × columns)."""
+    out = np.zeros((len(at), v.shape[1]))
+    for l in range(len(x)):
+        w = np.ones(len(at))
+        for m in range(len(x)):
+            if m != l:
+                w *= (at - x[m]) / (x[l] - x[m])
+        out += w[:, None] * v[l][None, :]
+    return out
+
+
+def _at_times(knots, vals, out_t):
+    """The knots' values at the output times: exact at a knot, between knots the cubic through the four
+    nearest (two on each side where there are; O(h⁴)), linear with fewer than four knots."""
+    n = len(knots)
+    if n < 4:
+        return np.interp(out_t, knots, vals)
+    j = np.searchsorted(knots, out_t)
+    lo = np.clip(j - 2, 0, n - 4)
+    x = knots[lo[:, None] + np.arange(4)]                          # (outputs, 4) nearest knots
+    v = vals[lo[:, None] + np.arange(4)]
+    d = out_t[:, None] - x
+    got = np.zeros(len(out_t))
+    for l in range(4):                                             # Lagrange weights
+        w = np.ones(len(out_t))
+        for m in range(4):
+            if m != l:
+                w *= d[:, m] / (x[:, l] - x[:, m])
+        got += w * v[:, l]
+    hit = (j < n) & (knots[np.minimum(j, n - 1)] == out_t)
+    got[hit] = vals[j[hit]]
+    return got
 
 
 def _noisy_average(spec, P, nu, N, seed, times, epsilon, noise_seed, dt_max, realisations, spectra=True,
@@ -655,7 +741,8 @@ def _noisy_average(spec, P, nu, N, seed, times, epsilon, noise_seed, dt_max, rea
         j, sign = (r // 2, (-1.0) ** r) if antithetic else (r, 1.0)
         rng = np.random.default_rng(np.random.SeedSequence([int(noise_seed), int(N), j, 0x5eed]))
         tab, sp_, ne, st = _integrate_noisy(spec, P, nu, N, seed, times, epsilon, rng, dt_max,
-                                            spectra=spectra and r == 0, sign=sign, init=init, odd=odd)
+                                            spectra=spectra and r == 0, sign=sign, init=init, odd=odd,
+                                            land=spectra)
         tables.append(tab)
         nev += ne
         steps += st
@@ -671,6 +758,20 @@ def _noisy_average(spec, P, nu, N, seed, times, epsilon, noise_seed, dt_max, rea
             n = arr.shape[0]
             sem[c] = arr.std(axis=0, ddof=1) / math.sqrt(n) if n > 1 else np.full(arr.shape[1], np.nan)
     return table, first_spectra, nev, steps, sem
+
+
+_T95 = {2: 12.71, 3: 4.30, 4: 3.18, 5: 2.78, 6: 2.57, 8: 2.36, 10: 2.26, 16: 2.13}   # Student t, 97.5 %, R − 1 dof
+
+
+def _mean_sem(tables):
+    """Column-wise mean of tables on one time grid and its standard error (zeros for one table)."""
+    mean, sem = {}, {}
+    for c in tables[0]:
+        arr = np.array([tb[c] for tb in tables])
+        mean[c] = arr.mean(axis=0)
+        n = arr.shape[0]
+        sem[c] = arr.std(axis=0, ddof=1) / math.sqrt(n) if n > 1 else np.zeros(arr.shape[1])
+    return mean, sem
 
 
 # ============================================================================ result
@@ -721,18 +822,29 @@ def solve_spectral(spec, time: float = 1.0, points: int = 51, size: int = 1000, 
                    atol: float | None = None, potential=None, epsilon: float | None = None,
                    noise_seed: int | None = None, noise_dt: float | None = None,
                    noise_realisations: int = 1, noise_antithetic: bool = False,
-                   extrapolate: bool = False, init: str = "free") -> SpectralResult:
+                   extrapolate: bool = False, init: str = "free", spectra: bool = True,
+                   rotations: int = 1) -> SpectralResult:
     """Integrate the d → ∞ flow at matrix level on a size-N realisation (module docstring).
 
     Returns the theory columns (``time`` = package time nα/d, ``tr_a``, ``q_a_b``, ``p_a_b``,
     ``loss``; for uncentred indices ``m_a``, ``trA_a``, ``trB_a``; for non-symmetric pairs ``q1_…``,
-    ``q2_…`` and ``overlap_…``), with ``error_estimate`` also ``<col>_err`` = |f(N) − f(N/2)|, and
-    ``spectra``: student name → (points × N) sorted eigenvalues (of the symmetric part). Raises
+    ``q2_…`` and ``overlap_…``), with ``error_estimate`` also ``<col>_err`` (below), and
+    ``spectra``: student name → (points × N) sorted eigenvalues (of the symmetric part); ``spectra=False``
+    records none (and lets a noise path's steps pass over the output times). Raises
     NumericalFailure(message, time) on divergence.
 
-    ``extrapolate``: the columns are the 1/N extrapolation 2f(N) − f(N/2) (Richardson; it removes
-    the systematic O(1/N) error of the quantile spectra, the random O(1/N) of the rotations stays)
-    and ``<col>_err`` = |f(N) − f(N/2)| estimates their error. ``init="sample"``: start from the
+    ``rotations`` = R: the columns are the mean over R independent realisations of the initial laws
+    (seeds ``seed`` … ``seed + R − 1``: their own rotations and noise streams), ``info['rotation_sem']``
+    its standard error. ``<col>_err``, with the same R realisations at N/2 (means m):
+    ``|m(N) − m(N/2)|`` (the systematic O(1/N) error) combined in quadrature with t·SEM (Student's t at
+    97.5 % for R − 1 degrees of freedom: 3.18 for R = 4); for R = 1 it is ``|f(N) − f(N/2)|``.
+    The random O(1/N) error of one realisation's rotations is as large as the systematic one (README
+    example: seed-to-seed spread of q_student_teacher 0.005 at N = 128, systematic shift from N = 128
+    to 512 0.002), which is why the default ``theory`` averages 4 realisations at N = 128 (docs/theory.md §7).
+
+    ``extrapolate``: the columns are the 1/N extrapolation 2m(N) − m(N/2) (Richardson; it removes
+    the systematic O(1/N) error of the quantile spectra but doubles the random one of the rotations),
+    ``<col>_err`` as above with the extrapolation's random error. ``init="sample"``: start from the
     matrices ``simulate`` draws at d = ``size`` for ``seed`` (no N/2 run: the columns then carry no
     ``_err``), the frozen means at their sampled values √d tr M.
 
@@ -747,7 +859,7 @@ def solve_spectral(spec, time: float = 1.0, points: int = 51, size: int = 1000, 
     ``noise_antithetic`` (R even) the paths come in pairs driven by ±dΞ, which cancels the
     leading O(√dt/N)-per-step fluctuation of the mean (the error is that of the R/2 pair means). The N/2 error
     estimate uses its own R paths, so ``<col>_err`` then also contains the O(1/(N√R)) noise spread."""
-    from .derivation.potential import Potential
+    from .codegen.potential import compiled_potential
 
     spec = load_spec(spec)
     size = int(size)
@@ -759,9 +871,12 @@ def solve_spectral(spec, time: float = 1.0, points: int = 51, size: int = 1000, 
         raise UsageError(f"points {points}: must be >= 1")
     if init not in ("free", "sample"):
         raise UsageError(f"init {init!r}: must be 'free' or 'sample'")
+    if int(rotations) < 1:
+        raise UsageError(f"rotations {rotations}: must be >= 1")
+    rotations = int(rotations)
     if init == "sample":
         error_estimate = extrapolate = False
-    P = potential if potential is not None else Potential(spec)
+    P = potential if potential is not None else compiled_potential(spec)
     times = np.linspace(0.0, float(time), int(points)) if points > 1 else np.array([float(time)])
     if points == 1:
         times = np.array([0.0, float(time)])
@@ -779,43 +894,53 @@ def solve_spectral(spec, time: float = 1.0, points: int = 51, size: int = 1000, 
         if noise_antithetic and int(noise_realisations) % 2:
             raise UsageError(f"noise_realisations {noise_realisations}: must be even with noise_antithetic")
         from .derivation.noise import nu_expectations
-        nu = nu_expectations(P)
+        nu = getattr(P, "nu", None) or nu_expectations(P)
         nseed = int(seed if noise_seed is None else noise_seed)
         R = int(noise_realisations)
 
-        def run(n, want_spectra=True):
-            tab, sp_, nev_, steps_, sem_ = _noisy_average(spec, P, nu, n, seed, times, epsilon, nseed,
+        def one(n, want_spectra, r):
+            tab, sp_, nev_, steps_, sem_ = _noisy_average(spec, P, nu, n, seed + r, times, epsilon, nseed + r,
                                                           noise_dt, R, spectra=want_spectra,
                                                           antithetic=bool(noise_antithetic), init=init, odd=odd)
             return tab, sp_, nev_, {"noise_steps": steps_, "noise_sem": sem_}
     else:
-        def run(n, want_spectra=True):
-            tab, sp_, nev_ = _integrate(spec, P, n, seed, times, method, rtol, atol, spectra=want_spectra,
+        def one(n, want_spectra, r):
+            tab, sp_, nev_ = _integrate(spec, P, n, seed + r, times, method, rtol, atol, spectra=want_spectra,
                                         init=init, odd=odd)
             return tab, sp_, nev_, {}
-    table, spectra, nev, extra = run(size)
+
+    def run(n, want_spectra=True):
+        """The mean over the ``rotations`` realisations (seeds seed, seed + 1, …) and its standard error."""
+        outs = [one(n, want_spectra and r == 0, r) for r in range(rotations)]
+        if points == 1:
+            outs = [({c: v[-1:] for c, v in o[0].items()}, {k: v[-1:] for k, v in o[1].items()}, *o[2:])
+                    for o in outs]
+        mean, sem = _mean_sem([o[0] for o in outs])
+        return mean, outs[0][1], sum(o[2] for o in outs), outs[0][3], sem
+
+    table, spectra, nev, extra, sem = run(size, spectra)
     info = {"rhs_evaluations": nev, "method": method, "rtol": rtol, "init": init, "extrapolated": False,
-            "decoupled": [spec.names[k] for k in odd]}
+            "decoupled": [spec.names[k] for k in odd], "rotations": rotations}
+    if rotations > 1:
+        info["rotation_sem"] = sem
     if noisy:
         info.update({"method": "adaptive Cash-Karp drift + noise maps (Strang order)", "rtol": 1e-4,
                      "epsilon": epsilon, "noise_seed": nseed, "noise_dt": noise_dt, "noise_realisations": R,
                      "noise_antithetic": bool(noise_antithetic),
                      "noise_steps": extra["noise_steps"],
                      "noise_sem": {c: (v[-1:] if points == 1 else v) for c, v in extra["noise_sem"].items()}})
-    if points == 1:
-        table = {c: v[-1:] for c, v in table.items()}
-        spectra = {n: v[-1:] for n, v in spectra.items()}
     if error_estimate or extrapolate:
         nhalf = max(4, 2 * (size // 4))      # even, so that an atom of mass ½ is resolved alike
-        half, _, nev2, _ = run(nhalf, False)
-        if points == 1:
-            half = {c: v[-1:] for c, v in half.items()}
+        half, _, nev2, _, sem_half = run(nhalf, False)
+        c_ex = nhalf / (size - nhalf)        # f∞ = f(N) + (f(N) − f(N')) N'/(N − N')
+        t_factor = _T95.get(rotations, 2.0) if rotations > 1 else 0.0
         for c in list(table):
             if c != "time":
                 diff = table[c] - half[c]
-                table[f"{c}_err"] = np.abs(diff)
+                rand = np.hypot((1 + c_ex) * sem[c], c_ex * sem_half[c]) if extrapolate else sem[c]
+                table[f"{c}_err"] = np.hypot(np.abs(diff), t_factor * rand) if rotations > 1 else np.abs(diff)
                 if extrapolate:
-                    table[c] = table[c] + diff * (nhalf / (size - nhalf))     # f∞ = f(N) + (f(N) − f(N')) N'/(N − N')
+                    table[c] = table[c] + diff * c_ex
         info.update({"rhs_evaluations_half": nev2, "size_half": nhalf, "extrapolated": bool(extrapolate)})
     return SpectralResult(table=table, spectra=spectra, size=size, seed=seed, spec_name=spec.name, info=info)
 
@@ -876,17 +1001,20 @@ def plot_spectra(result: SpectralResult, sim_eigs=None, path="spectra.png", time
 def run_spectral_from_args(spec, args) -> SpectralResult:
     """Run ``solve_spectral`` from parsed ``theory`` arguments; write --spectra and --spectra-plot
     (the table itself is written by the caller, to --out or stdout). Returns the result."""
-    from .method import DEFAULT_SIZE
+    from .method import DEFAULT_ROTATIONS, DEFAULT_SIZE, QUICK_SIZE
 
     spec = load_spec(spec)
     eps = 0.0 if args.noise == "off" else spec.epsilon(args.dim)
     sample = args.init == "sample"
-    size = args.dim if sample else (args.size or DEFAULT_SIZE)
-    res = solve_spectral(spec, time=args.time, points=args.points, size=size, seed=args.seed,
+    quick = bool(getattr(args, "quick", False))
+    size = args.dim if sample else (args.size or (QUICK_SIZE if quick else DEFAULT_SIZE))
+    rotations = args.rotations or (1 if sample else DEFAULT_ROTATIONS)
+    paths = args.realisations or 1
+    want = bool(args.spectra or args.spectra_plot)
+    res = solve_spectral(spec, time=args.time, points=args.points, size=size, seed=args.seed, spectra=want,
                          error_estimate=not args.no_error_estimate, epsilon=eps or None,
-                         noise_realisations=args.realisations, noise_antithetic=eps > 0,
-                         extrapolate=args.size is None and not sample and not args.no_error_estimate,
-                         init=args.init)
+                         noise_realisations=paths, noise_antithetic=eps > 0 and paths % 2 == 0,
+                         rotations=rotations, init=args.init)
     if args.spectra:
         res.spectra_to_csv(args.spectra, full=args.spectra_full)
     if args.spectra_plot:

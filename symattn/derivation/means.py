@@ -16,7 +16,6 @@ from functools import cache
 from pathlib import Path
 
 import numpy as np
-from scipy.integrate import solve_ivp
 
 from ..errors import NumericalFailure
 
@@ -96,6 +95,7 @@ def fast_flow(potential, theta, pos, rate, t_eval) -> np.ndarray:
         th[pos] = m
         return -D * mean_residual(potential, th, pos)
 
+    from scipy.integrate import solve_ivp
     sol = solve_ivp(f, (0.0, float(t_eval[-1])), theta0[pos], t_eval=t_eval, method="LSODA", rtol=1e-10, atol=1e-12)
     if sol.status < 0 or sol.y.shape[1] != len(t_eval):
         raise NumericalFailure(f"untied fast phase failed: {sol.message}")
