@@ -66,6 +66,17 @@ def _load(args):
     return load_spec(args.spec, settings=args.set)
 
 
+def _residual(args) -> bool:
+    """Whether the command's spec is a residual network (``[student]``/``[teacher]``): then the command
+    runs it through ``symattn.architecture.commands``."""
+    from .architecture import is_residual
+    if not is_residual(args.spec):
+        return False
+    if args.set:
+        raise UsageError("--set: not available for residual specs; edit the file")
+    return True
+
+
 def _write_table(table, out, digits=10, header=""):
     """CSV to --out (atomic) or stdout, one number format (``digits`` significant digits; None: exact)."""
     from .integration import csv_text
@@ -84,6 +95,8 @@ def cmd_potential(args):
     from .derivation.potential import Potential
     from .initial import initial_order_parameters
 
+    if _residual(args):
+        return _residual_potential(args)
     spec = _load(args)
     _finite_positive("--tol", args.tol)
     at = _at(args.at)
@@ -116,6 +129,22 @@ def cmd_potential(args):
         print(f"Γ[{k}] = {v:.12g}")
 
 
+def _residual_potential(args):
+    from .architecture import commands
+    out = commands.potential(args.spec, _at(args.at))
+    bad = [k for k, v in [("value", out["value"]), *out["gradient"].items()] if not math.isfinite(v)]
+    if bad:
+        raise NumericalFailure(f"Φ or its gradient is not finite at these order parameters ({bad[0]})")
+    if args.json:
+        print(json.dumps(out, indent=2, allow_nan=False))
+        return
+    print(f"Φ (residual network: Gaussian limit of {len(out['at'])} order parameters, quasi-Monte Carlo)")
+    print("at " + ", ".join(f"{k}={v:.6g}" for k, v in out["at"].items()))
+    print(f"Φ = {out['value']:.12g} ± {out['standard_error']:.2g}")
+    for k, v in out["gradient"].items():
+        print(f"∂Φ/∂{k} = {v:.12g}")
+
+
 def cmd_derive(args):
     from .codegen.load import default_path, write_module
     from .codegen.systems import source
@@ -146,6 +175,19 @@ def _theory_checks(args):
 def cmd_theory(args):
     import warnings
 
+    if _residual(args):
+        from .architecture import commands
+        _theory_checks(args)
+        if args.method == "moments" or args.truncation is not None or args.init == "sample" or args.fast:
+            raise UsageError("--method moments / --truncation / --init sample / --fast: a residual network has "
+                             "the matrix-level theory only (docs/theory.md §10)")
+        if args.size is not None:
+            _whole("--size", args.size, 8)
+        if args.rotations is not None:
+            _whole("--rotations", args.rotations, 1)
+        _write_table(commands.theory(args.spec, args.time, args.points, size=args.size, seed=args.seed,
+                                     rotations=args.rotations or 1), args.out)
+        return
     spec = _load(args)
     _theory_checks(args)
     if args.fast:
@@ -196,6 +238,17 @@ def cmd_simulate(args):
 
     if args.dim is None:
         raise UsageError("--dim: required (the embedding dimension d, a whole number >= 1)")
+    if _residual(args):
+        from .architecture import commands
+        _whole("--dim", args.dim, 2)
+        _whole("--seeds", args.seeds, 1)
+        _whole("--seed0", args.seed0, 0)
+        _finite_positive("--time", args.time)
+        _whole("--points", args.points, 2)
+        _write_table(commands.simulate(args.spec, args.dim, args.seeds, args.time, args.points, seed0=args.seed0,
+                                       backend=args.backend if args.backend != "numpy" else "torch",
+                                       device=args.device, dtype=args.dtype), args.out, digits=None)
+        return
     spec = _load(args)
     _whole("--dim", args.dim, 1)
     _whole("--seeds", args.seeds, 1)
@@ -242,6 +295,10 @@ def cmd_compare(args):
     from .comparison import compare, compare_dims
     from .files import check_output_dir
 
+    if _residual(args):
+        if args.dim is None or args.dims is not None:
+            raise UsageError("compare: a residual network takes --dim D (the theory from each seed's matrices)")
+        return cmd_residual(args)
     spec = _load(args)
     if (args.dim is None) == (args.dims is None):
         raise UsageError("compare: give exactly one of --dim D or --dims D1,D2[,D3]")
@@ -386,7 +443,8 @@ def add_spectral_arguments(parser):
                         help="spectral with SGD noise (ε > 0): noise paths per realisation (default 1; an even "
                              "number is run as antithetic pairs)")
     parser.add_argument("--quick", action="store_true",
-                        help="spectral: interactive use, N = 64 (with the N/2 run; ≈ 2× the default's error)")
+                        help="spectral: interactive use, N = 96 (with the N/2 run; about a fifth cheaper, up to ≈ 3× "
+                             "the default's error, still bounded by <col>_err)")
     parser.add_argument("--spectra", default=None, metavar="FILE",
                         help="spectral: write eigenvalue quantiles per time to FILE (CSV)")
     parser.add_argument("--spectra-full", action="store_true", help="spectral: all N eigenvalues in --spectra")

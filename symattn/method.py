@@ -17,7 +17,8 @@ from __future__ import annotations
 METHODS = ("auto", "moments", "spectral")
 DEFAULT_SIZE = 128       # N of the default matrix-level run (and N/2 = 64 for the error estimate)
 DEFAULT_ROTATIONS = 4    # independent realisations of the initial laws averaged (free start)
-QUICK_SIZE = 64          # N of ``theory --quick``
+QUICK_SIZE = 96          # N of ``theory --quick`` (64 is cheaper by only 25 % and its N/2 = 32 run no longer
+                         # estimates the systematic error: README example outside <col>_err at 21 % of the points)
 # Measured against the mean of 4 realisations at N = 1024 (README example, τ ≤ 0.25, benchmarks/bench_theory_cost.py):
 # N = 128 × 4 is 10× closer (max |dev| 2.5e-3, inside <col>_err everywhere) than the former default, one
 # realisation at N = 256 and 128 extrapolated in 1/N (2.3e-2, outside its <col>_err at 65 % of the points: the

@@ -430,8 +430,8 @@ def load_spec(source, settings=None) -> Spec:
         return load_spec(source.raw, settings)
     raw, src = read_raw(source)
     if isinstance(raw, dict) and "student" in raw and "indices" not in raw:
-        _fail(src, "student", "a residual-attention spec (student/teacher networks): run it with "
-                              "`symattn residual` or symattn.architecture (docs/interface.md)")
+        _fail(src, "student", "a residual-attention spec (student/teacher networks): the commands potential, "
+                              "theory, simulate and compare take it; in Python symattn.architecture (docs/interface.md)")
     raw = _table(src, "", raw, _TOP_KEYS)
     if settings:
         raw = apply_settings(raw, settings, src)

@@ -554,7 +554,8 @@ def _embedded_step(f, t, y, h, k1, K, tab=NOISE_TABLEAU):
 
 
 KNOTS = 8              # a noise path's drift steps are at most horizon/KNOTS: its outputs are interpolated between ≥ 9 knots
-PASS_TOL = 1e-4        # a step passes over output times only where the knots interpolate them to this (relative)
+PASS_TOL = 3e-3        # a step passes over output times only where the knots interpolate them to this (relative; a
+                       # noise path's knots fluctuate by more than 1e-4, which would refuse nearly every pass)
 
 
 def _integrate_noisy(spec, P, nu, N, seed, times, epsilon, rng, dt_max, spectra=True, sign=1.0, init="free",
@@ -666,11 +667,12 @@ def _integrate_noisy(spec, P, nu, N, seed, times, epsilon, rng, dt_max, spectra=
             s = t + 0.5 * h
         k1 = flow.rhs(t, y)
         while True:
+            h_try = h
             y_new, e, h = drift(h)
             if h <= to_out + tiny or interpolable(y_new, t + h):
                 break
             h = to_out                                             # too fast to interpolate: land
-        cut = h < h_free and e <= 1.0                              # shortened to reach an output time or T
+        cut = h_try < h_free and h == h_try        # shortened to reach an output time or T, not by the error control
         flow.check(y_new, t + h)
         rate = rate_of(k1, y)
         y, t = y_new, t + h
@@ -697,16 +699,20 @@ def _integrate_noisy(spec, P, nu, N, seed, times, epsilon, rng, dt_max, spectra=
     return table, {n: np.array(v) for n, v in spec_rows.items()}, flow.nevals, steps
 
 
-def _lagrange(x, v, at):
-    """Values at the times ``at`` of the polynomials through (x_i, v_i) (v: knots × columns)."""
-    out = np.zeros((len(at), v.shape[1]))
-    for l in range(len(x)):
-        w = np.ones(len(at))
-        for m in range(len(x)):
+def _lagrange_weights(x, at):
+    """Weights w[i, l] of the values at the nodes x[i, l] in the polynomial through them, at the time at[i]."""
+    n = x.shape[-1]
+    w = np.ones(x.shape)
+    for l in range(n):
+        for m in range(n):
             if m != l:
-                w *= (at - x[m]) / (x[l] - x[m])
-        out += w[:, None] * v[l][None, :]
-    return out
+                w[..., l] *= (at - x[..., m]) / (x[..., l] - x[..., m])
+    return w
+
+
+def _lagrange(x, v, at):
+    """Values at the times ``at`` of the polynomial through (x_i, v_i) (v: knots × columns)."""
+    return _lagrange_weights(np.broadcast_to(x, (len(at), len(x))), np.asarray(at, dtype=float)) @ v
 
 
 def _at_times(knots, vals, out_t):
@@ -716,17 +722,8 @@ def _at_times(knots, vals, out_t):
     if n < 4:
         return np.interp(out_t, knots, vals)
     j = np.searchsorted(knots, out_t)
-    lo = np.clip(j - 2, 0, n - 4)
-    x = knots[lo[:, None] + np.arange(4)]                          # (outputs, 4) nearest knots
-    v = vals[lo[:, None] + np.arange(4)]
-    d = out_t[:, None] - x
-    got = np.zeros(len(out_t))
-    for l in range(4):                                             # Lagrange weights
-        w = np.ones(len(out_t))
-        for m in range(4):
-            if m != l:
-                w *= d[:, m] / (x[:, l] - x[:, m])
-        got += w * v[:, l]
+    nearest = np.clip(j - 2, 0, n - 4)[:, None] + np.arange(4)          # (outputs, 4) nearest knots
+    got = (_lagrange_weights(knots[nearest], out_t) * vals[nearest]).sum(axis=1)
     hit = (j < n) & (knots[np.minimum(j, n - 1)] == out_t)
     got[hit] = vals[j[hit]]
     return got
@@ -760,7 +757,14 @@ def _noisy_average(spec, P, nu, N, seed, times, epsilon, noise_seed, dt_max, rea
     return table, first_spectra, nev, steps, sem
 
 
-_T95 = {2: 12.71, 3: 4.30, 4: 3.18, 5: 2.78, 6: 2.57, 8: 2.36, 10: 2.26, 16: 2.13}   # Student t, 97.5 %, R − 1 dof
+# Student's t at 97.5 % for 1 … 30 degrees of freedom (beyond: the 30's, a little above the normal 1.96)
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def t975(dof: int) -> float:
+    """Student's t quantile at 97.5 % (a two-sided 95 % interval) for ``dof`` ≥ 1 degrees of freedom."""
+    return _T975[min(int(dof), len(_T975)) - 1]
 
 
 def _mean_sem(tables):
@@ -933,7 +937,7 @@ def solve_spectral(spec, time: float = 1.0, points: int = 51, size: int = 1000, 
         nhalf = max(4, 2 * (size // 4))      # even, so that an atom of mass ½ is resolved alike
         half, _, nev2, _, sem_half = run(nhalf, False)
         c_ex = nhalf / (size - nhalf)        # f∞ = f(N) + (f(N) − f(N')) N'/(N − N')
-        t_factor = _T95.get(rotations, 2.0) if rotations > 1 else 0.0
+        t_factor = t975(rotations - 1) if rotations > 1 else 0.0
         for c in list(table):
             if c != "time":
                 diff = table[c] - half[c]

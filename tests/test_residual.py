@@ -256,3 +256,48 @@ def test_divergence_is_reported_with_its_time():
     with pytest.raises(NumericalFailure, match="non-finite batch loss") as exc:
         sgd.simulate_residual(spec, 16, 5.0, points=3)
     assert 0 < exc.value.time <= 5.0
+
+
+def test_the_ordinary_commands_take_a_residual_spec(tmp_path):
+    """potential / theory / simulate / compare on the residual example write what the architecture's own
+    functions compute (the commands only route; their numbers are checked by the tests above), and
+    `--set` is refused with exit 2."""
+    import csv
+    import json
+
+    from symattn.architecture.flow import solve_residual
+    from symattn.architecture.sgd import simulate_residual
+    from symattn.cli import main
+
+    def read(path):
+        rows = list(csv.DictReader(open(path)))
+        return {k: np.array([float(r[k]) for r in rows]) for k in rows[0]}
+
+    import contextlib
+    import io
+
+    name = "residual_tied_softmax_L2"
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert main(["potential", name, "--json", "--at", "q_R_R=1.5", "--quiet"]) == 0
+    got = json.loads(buf.getvalue())
+    spec = load_residual(name)
+    lim = GaussianLimit(unroll(spec))
+    theta = np.array([got["at"][n] for n in lim.names])
+    assert got["at"]["q_R_R"] == 1.5 and got["value"] == pytest.approx(lim.phi(theta)[0], rel=1e-12)
+    a = tmp_path / "t.csv"
+    assert main(["theory", name, "--time", "0.02", "--points", "3", "--size", "16", "--out", str(a), "--quiet"]) == 0
+    ref = solve_residual(name, 0.02, points=3, size=16)
+    table = read(a)
+    assert list(table)[0] == "time"
+    np.testing.assert_allclose(table["q_R_R"], ref["q_R_R"], rtol=1e-9)
+    np.testing.assert_allclose(table["q_R_R_err"], ref["q_R_R_err"], rtol=1e-9, atol=1e-12)
+    b = tmp_path / "s.csv"
+    assert main(["simulate", name, "--dim", "12", "--seeds", "2", "--time", "0.02", "--points", "2",
+                 "--out", str(b), "--quiet"]) == 0
+    sim = simulate_residual(name, 12, 0.02, points=2, seeds=[0, 1], test_samples=2000)
+    np.testing.assert_allclose(read(b)["q_R_R"], sim["q_R_R"].mean(axis=0), rtol=1e-12)
+    assert main(["compare", name, "--dim", "12", "--seeds", "1", "--time", "0.02", "--points", "2",
+                 "--out", str(tmp_path / "c"), "--quiet"]) == 0
+    assert (tmp_path / "c" / "theory.csv").is_file() and (tmp_path / "c" / "simulation.csv").is_file()
+    assert main(["theory", name, "--set", "training.noise_ratio=0.1", "--quiet"]) == 2

@@ -190,3 +190,26 @@ def test_short_horizon_matches_noisy_hierarchy():
         assert np.all(np.abs(gap) < 0.2 * np.abs(eff_h)), (c, gap, eff_h)             # agrees with hierarchy(ε)
         assert np.all(np.abs(sn.table[c][1:] - h0.table[c][1:]) > 0.7 * np.abs(eff_h))  # differs from both ε = 0
         assert np.all(np.abs(eff_s) > 0.7 * np.abs(eff_h)) and np.all(np.sign(eff_s) == np.sign(eff_h))
+
+
+@pytest.mark.parametrize("name, T", [("tied_softmax_L2_small", 0.25), ("tied_h3_L1_small", 1.0)])
+def test_knots_interpolate_the_outputs_they_pass(name, T):
+    """A noise path whose steps pass over output times (spectra=False) against the same path landing on
+    every output (spectra=True), ε → 0 so that only the stepping differs: the outputs agree to 1e-4 of each
+    column's scale (measured ≤ 5e-5; the pass test allows 3e-3 of a scale per pass), with fewer steps."""
+    kw = dict(time=T, points=51, size=32, epsilon=1e-9, error_estimate=False)
+    landed = solve_spectral(name, spectra=True, **kw)
+    passed = solve_spectral(name, spectra=False, **kw)
+    assert passed.info["noise_steps"] < landed.info["noise_steps"]
+    for c, v in landed.table.items():
+        scale = max(1e-3, float(np.max(np.abs(v))))
+        assert np.max(np.abs(passed.table[c] - v)) <= 1e-4 * scale, c
+
+
+def test_student_t_quantiles():
+    """The 97.5 % Student t of the realisations' error bar, against SciPy's."""
+    from scipy import stats
+
+    from symattn.spectral import t975
+    for dof in range(1, 41):
+        assert t975(dof) == pytest.approx(stats.t.ppf(0.975, min(dof, 30)), abs=5e-4)
