@@ -38,3 +38,5 @@ _MJ = os.path.join(os.path.dirname(mathjax.__file__), "static", "mathjax", "es5"
 os.makedirs(os.path.join(HERE, "_static", "mathjax"), exist_ok=True)
 shutil.copyfile(_MJ, os.path.join(HERE, "_static", "mathjax", "tex-svg.js"))
 mathjax_path = "mathjax/tex-svg.js"
+# an undefined macro is a typesetting error (an merror node the browser check finds), not red text
+mathjax3_config = {"tex": {"packages": {"[-]": ["noundefined"]}}}

@@ -19,10 +19,10 @@ DEFAULT_SIZE = 128       # N of the default matrix-level run (and N/2 = 64 for t
 DEFAULT_ROTATIONS = 4    # independent realisations of the initial laws averaged (free start)
 QUICK_SIZE = 96          # N of ``theory --quick`` (64 is cheaper by only 25 % and its N/2 = 32 run no longer
                          # estimates the systematic error: README example outside <col>_err at 21 % of the points)
-# Measured against the mean of 4 realisations at N = 1024 (README example, τ ≤ 0.25, benchmarks/bench_theory_cost.py):
-# N = 128 × 4 is 10× closer (max |dev| 2.5e-3, inside <col>_err everywhere) than the former default, one
-# realisation at N = 256 and 128 extrapolated in 1/N (2.3e-2, outside its <col>_err at 65 % of the points: the
-# extrapolation doubles the random O(1/N) error of the rotations instead of removing it).
+# Measured against the mean of 4 realisations at N = 1024 (README example, τ ≤ 0.25, benchmarks/theory_accuracy.py,
+# three base seeds): N = 128 × 4 is within 2.4e-3–3.2e-3, inside <col>_err everywhere; the former default, one
+# realisation at N = 256 and 128 extrapolated in 1/N, was up to 2.3e-2 off, outside its <col>_err at 24–64 % of the
+# points (the extrapolation doubles the random O(1/N) error of the rotations instead of removing it).
 
 
 def resolve(spec, method: str = "auto", truncation=None) -> str:

@@ -55,6 +55,7 @@ def test_page_renders(browser, page_path):
         page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise", timeout=20000)
         page.evaluate("() => MathJax.startup.promise")
         assert page.locator("mjx-container").count() > 0, "no rendered equation"
+        assert page.locator('[data-mml-node="merror"]').count() == 0, "MathJax could not typeset an equation (bad TeX)"
     assert title.lower() in page.title().lower(), page.title()
     leftover = RAW_MATH.findall(page.evaluate(VISIBLE_TEXT))
     assert not leftover, f"raw TeX in the visible text: {leftover[:5]}"
