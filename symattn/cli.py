@@ -185,6 +185,9 @@ def cmd_theory(args):
             _whole("--size", args.size, 8)
         if args.rotations is not None:
             _whole("--rotations", args.rotations, 1)
+        if args.noise == "on":
+            from .progress import note
+            note("residual network: the matrix-level flow has no SGD-noise terms (the ε → 0 limit, docs/theory.md §10)")
         _write_table(commands.theory(args.spec, args.time, args.points, size=args.size, seed=args.seed,
                                      rotations=args.rotations or 1), args.out)
         return
