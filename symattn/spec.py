@@ -295,6 +295,9 @@ def _covariance(src, value, L):
         _fail(src, key, f"expected \"identity\" or an {L}x{L} matrix, got shape {C.shape}")
     if not np.all(np.isfinite(C)):
         _fail(src, key, "entries must be finite")
+    if np.abs(C).max() > MAX_SCALE:
+        _fail(src, key, f"entries must be at most {MAX_SCALE:g} in magnitude (as every other scale), got "
+                        f"{np.abs(C).max():.3g}")
     if not np.allclose(C, C.T, atol=1e-12):
         _fail(src, key, "must be symmetric")
     if np.linalg.eigvalsh(C).min() < -1e-12:

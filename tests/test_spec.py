@@ -84,6 +84,8 @@ MALFORMED = [
      "indices[0].init_scale"),
     ("covariance-not-psd", edit(VALID, 'token_covariance = "identity"', "token_covariance = [[1.0, 2.0], [2.0, 1.0]]"),
      "model.token_covariance"),
+    ("covariance-huge", edit(VALID, 'token_covariance = "identity"', "token_covariance = [[1e300, 0.0], [0.0, 1.0]]"),
+     "model.token_covariance"),
     ("covariance-not-symmetric", edit(VALID, 'token_covariance = "identity"',
                                       "token_covariance = [[1.0, 0.3], [0.1, 1.0]]"), "model.token_covariance"),
     ("covariance-wrong-shape", edit(VALID, 'token_covariance = "identity"',
