@@ -178,9 +178,9 @@ def cmd_theory(args):
     if _residual(args):
         from .architecture import commands
         _theory_checks(args)
-        if args.method == "moments" or args.truncation is not None or args.init == "sample" or args.fast:
-            raise UsageError("--method moments / --truncation / --init sample / --fast: a residual network has "
-                             "the matrix-level theory only (docs/theory.md §10)")
+        if args.method == "moments" or args.truncation is not None or args.init == "sample" or args.fast or args.quick:
+            raise UsageError("--method moments / --truncation / --init sample / --fast / --quick: a residual network "
+                             "has the matrix-level theory only, at --size N (docs/theory.md §10)")
         if args.size is not None:
             _whole("--size", args.size, 8)
         if args.rotations is not None:
@@ -193,6 +193,8 @@ def cmd_theory(args):
         return
     spec = _load(args)
     _theory_checks(args)
+    if args.fast and args.quick:
+        raise UsageError("--quick: for the matrix-level theory only, not with --fast")
     if args.fast:
         from .reference import fast_phase
         if not any(spec.indices[k].kind.fast_phase for k in spec.students):
@@ -209,6 +211,8 @@ def cmd_theory(args):
             raise UsageError("--truncation: not used by --method spectral (the matrix-level flow has no truncation)")
         if args.size is not None:
             _whole("--size", args.size, 4)
+            if args.quick:
+                raise UsageError("--quick: sets the size (N = 96); give --quick or --size, not both")
             if args.init == "sample":
                 raise UsageError("--size: not used with --init sample (the matrices are simulate's, N = --dim)")
         if args.realisations is not None:
@@ -224,6 +228,9 @@ def cmd_theory(args):
         return
     from .derivation import derive
     from .integration import integrate
+    if args.quick:
+        raise UsageError("--quick: for the matrix-level theory only (--method spectral, or auto on a tied or untied "
+                         "student); this run integrates the moment hierarchy")
     M = _truncation(args, spec)
     eps = 0.0 if args.noise == "off" else spec.epsilon(args.dim)
     with warnings.catch_warnings(record=True) as caught:

@@ -61,3 +61,15 @@ def test_readme_main_command(tmp_path):
     summary = json.load(open(out / "summary.json"))
     for c in ("q_student_student", "p_student_student"):
         assert summary["columns"][c]["max_abs_dev"] <= 0.03, summary["columns"][c]
+
+
+@pytest.mark.parametrize("argv, key", [
+    (["theory", "tied_h2_L1_small", "--quick", "--size", "64"], "--quick"),
+    (["theory", "direct_h2_L1_small", "--quick"], "--quick"),             # auto: the closed hierarchy
+    (["theory", "tied_h2_L1_small", "--rotations", "0"], "--rotations"),
+])
+def test_theory_refuses_options_it_would_ignore(argv, key, capsys):
+    assert main([*argv, "--time", "0.01"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and key in err[0], err
+
