@@ -326,6 +326,34 @@ def test_singular_activation_between_grid_points_is_a_numerical_failure(tmp_path
     assert "quadrature" in err and out == ""
 
 
+@pytest.mark.parametrize("act", ["cosh(z)**2", "exp(z**2/16)"])
+def test_expectation_outside_the_rule_is_a_numerical_failure(act, tmp_path, workdir, capsys):
+    """At q_ss = 2 (Var G = 4): E cosh⁴(G) exists but its integrand peaks at z ≈ 4σ = 8, beyond the rule's
+    window |z| ≤ 6.57; E exp(G²/8) does not exist (Var G ≥ 4: it grows as fast as the Gaussian decays).
+    Without the tail check both printed a wrong number with exit 0; now exit 3 in one line naming the
+    term (docs/theory.md §2, "Tails")."""
+    spec = _write_spec(tmp_path, activation(act))
+    code, out, err = _run(["potential", spec, "--quiet", "--at", "q_student_student=2.0"], capsys)
+    _assert_one_line(code, err, 3)
+    assert "G_1_1_" in err and out == ""
+
+
+def test_convergent_growing_activation_is_not_refused(tmp_path, workdir, capsys):
+    """exp(z) grows, but E exp(2G) exists and its integrand is held well inside the window at the example's
+    law: a value (the tail check quiet) equal to the closed form E[(e^{G_s} − e^{G_t})²]/2 from
+    E e^{aG} = e^{a²v/2} (centred G of variance v)."""
+    import json
+    import math
+    spec = _write_spec(tmp_path, activation("exp(z)"))
+    code, out, err = _run(["potential", spec, "--quiet", "--json"], capsys)
+    assert code == 0, err
+    got = json.loads(out)
+    q = got["at"]                        # one token: Var G_k = Ω_kk + Ψ_kk = 2 q_kk, Cov(G_s, G_t) = 2 q_st
+    vs, vt, c = 2 * q["q_student_student"], 2 * q["q_teacher_teacher"], 2 * q["q_student_teacher"]
+    exact = 0.5 * (math.exp(2 * vs) - 2 * math.exp(0.5 * (vs + vt + 2 * c)) + math.exp(2 * vt))
+    assert got["value"] == pytest.approx(exact, rel=1e-6)
+
+
 def test_version_and_help_show_defaults(capsys):
     assert main(["--version"]) == 0 and "symattn" in capsys.readouterr().out
     for cmd in ("potential", "derive", "theory", "simulate", "compare"):

@@ -11,6 +11,7 @@ off-diagonal entry is half the derivative in the single symmetric variable. For 
 """
 from __future__ import annotations
 
+import copy
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,6 +27,8 @@ from ..symbolic.quadrature import MAX_NODES, QuadTerm, SeparableTerm, adaptive_o
 from ..transient import PicklesWithoutCaches
 
 DIVERGED = 1e-2     # a quadrature still changing by this much (relative) at its node cap has no limit
+TAIL_EXTRA = 2.0    # the tail check widens the window by this many standard deviations
+TAIL_ORDER = 17     # ... at this many nodes per dimension (the coarse start of the calibration)
 
 
 @dataclass
@@ -231,10 +234,38 @@ class GaussianExpectation(PicklesWithoutCaches):
                 raise NumericalFailure(f"the Gaussian quadrature of Φ does not converge (change between orders "
                                        f"{self.error:.1e} at {max(self.order)} nodes per dimension): the loss is "
                                        f"probably singular on the real line")
+            self._check_tails(self.theta(values))
             if not self.error <= (tol or self.tol) * 10:
                 warnings.warn(f"quadrature reached only ~{self.error:.1e} (asked {tol or self.tol:.0e}) at "
                               f"{max(self.order)} nodes per dimension: the node cap was hit", RuntimeWarning, stacklevel=2)
         return self.order, self.error
+
+    def _check_tails(self, theta):
+        """Raise NumericalFailure naming the first quadrature term whose expectation the rule's window
+        |z| ≤ half-width does not hold: the coarse rule (TAIL_ORDER nodes per dimension) extended by nodes of
+        the same spacing to a window ≥ TAIL_EXTRA wider — the same nodes inside, so that only the tail
+        differs — changes the term by more than DIVERGED of its value (10·tol where the expectation is only
+        wanted to a coarser tolerance tol, as ν to 2e-2: a kinked ν integrand moves by ≈ 2 % there). A convergent Gaussian expectation leaves
+        ≈ 1e-9 beyond the window; an integrand growing as fast as the Gaussian decays (exp(a z²), a ≥ ½ in
+        whitened units: the expectation does not exist) or a window too narrow for the law changes by O(1)."""
+        for t in self.quad_terms:
+            n, kind = t.rule(TAIL_ORDER)
+            if kind != "trapezoid":
+                continue
+            h = 2.0 * t.half_width / (n - 1)
+            k = int(np.ceil(TAIL_EXTRA / h))
+            wide = copy.copy(t)
+            wide.half_width = t.half_width + k * h
+            n_wide = n + 2 * k
+            with np.errstate(all="ignore"):
+                inner = t.evaluate(theta, 0, (n, kind))[0]
+                outer = wide.evaluate(theta, 0, (n_wide, kind))[0]
+            if not abs(outer - inner) <= max(DIVERGED, 10 * self.tol) * max(1.0, abs(inner)):
+                from ..errors import NumericalFailure
+                raise NumericalFailure(
+                    f"the Gaussian expectation of the term {sp.sstr(t.expr)} does not exist here (or not within "
+                    f"|z| ≤ {t.half_width:.3g} of its law): widening the window to {wide.half_width:.3g} changes "
+                    f"it from {inner:.3g} to {outer:.3g}; the integrand grows as fast as the Gaussian decays")
 
     def value_at_order(self, values) -> float:
         """Φ(θ) with the current quadrature order (no recalibration)."""
