@@ -2,9 +2,8 @@
 (docs/interface.md, "Residual attention"): each returns what the command writes."""
 from __future__ import annotations
 
-import numpy as np
-
 from ..errors import UsageError
+from .compare import seed_means
 from .flow import solve_residual
 from .limit import GaussianLimit
 from .network import draw_factors, matrices
@@ -51,12 +50,5 @@ def simulate(spec, dim: int, seeds: int, time: float, points: int, seed0: int = 
     if backend != "torch":
         raise UsageError(f"--backend {backend}: residual networks are simulated by PyTorch reverse mode (--backend torch)")
     sims = list(range(int(seed0), int(seed0) + int(seeds)))
-    sim = simulate_residual(spec, dim, time, points=points, seeds=sims, test_samples=test_samples,
-                            dtype=dtype, device=device)
-    out = {"time": sim["time"]}
-    for c in sim:
-        if c != "time":
-            out[c] = sim[c].mean(axis=0)
-            out[f"{c}_sem"] = (sim[c].std(axis=0, ddof=1) / np.sqrt(len(sims)) if len(sims) > 1
-                               else np.full(len(sim["time"]), np.nan))
-    return out
+    return seed_means(simulate_residual(spec, dim, time, points=points, seeds=sims, test_samples=test_samples,
+                                        dtype=dtype, device=device))

@@ -13,6 +13,17 @@ from .spec import load_residual
 from .unroll import unroll
 
 
+def seed_means(sim: dict) -> dict:
+    """The table of ``sgd.simulate_residual``'s output: per column the mean over the seeds and ``<col>_sem``
+    (NaN for one seed)."""
+    out = {"time": sim["time"]}
+    for c, v in sim.items():
+        if c != "time":
+            out[c] = v.mean(axis=0)
+            out[f"{c}_sem"] = v.std(axis=0, ddof=1) / np.sqrt(v.shape[0]) if v.shape[0] > 1 else np.full(v.shape[1], np.nan)
+    return out
+
+
 def compare_residual(spec, dim: int, seeds: int = 2, time: float = 0.2, points: int = 11, seed0: int = 0,
                      qmc_points: int = 2**14, test_samples: int = 2000) -> dict:
     """{"theory": table, "simulation": table, "max_abs_dev": {column: max over seeds and times}}: the tables hold
@@ -29,10 +40,6 @@ def compare_residual(spec, dim: int, seeds: int = 2, time: float = 0.2, points: 
     th = [flow_from(spec, draw_factors(spec, dim, s), dim, sim["time"], lim, u) for s in seeds]
     cols = lim.names + ["loss"]
     theory = {"time": sim["time"], **{c: np.mean([t[c] for t in th], axis=0) for c in cols}}
-    simulation = {"time": sim["time"]}
-    for c in cols:
-        simulation[c] = sim[c].mean(axis=0)
-        simulation[f"{c}_sem"] = (sim[c].std(axis=0, ddof=1) / np.sqrt(len(seeds)) if len(seeds) > 1
-                                  else np.full(len(sim["time"]), np.nan))
+    simulation = seed_means(sim)
     dev = {c: float(max(np.abs(sim[c][i] - th[i][c]).max() for i in range(len(seeds)))) for c in cols}
     return {"theory": theory, "simulation": simulation, "max_abs_dev": dev, "seeds": seeds}
