@@ -404,3 +404,35 @@ def test_untied_matrix_level_from_the_seeds_matrices_follows_sgd():
         print(f"seed {s}:", dev)
         assert max(dev.values()) < 0.01, dev
         assert th["overlap_student_teacher"][-1] > 0.8                     # it learns
+
+
+@pytest.mark.parametrize("name", ["tied_softmax_L2_small", "tied_h2_L1_small", "untied_h2_L1"])
+def test_compiled_potential_equals_the_python_potential(name):
+    """The matrix level's Φ, ∇Φ (split into GΩ, GΨ) and ν come from the generated module
+    (codegen/potential.py); near the free initial state, where both calibrate their quadrature orders,
+    they equal the Python potential's, derived independently in this process, to round-off (1e-8)."""
+    from symattn.codegen.potential import compiled_potential
+    from symattn.derivation.noise import nu_expectations
+    from symattn.derivation.potential import Potential
+    from symattn.initial import initial_order_parameters
+
+    fast = compiled_potential(name)
+    P = Potential(name)
+    rng = np.random.default_rng(7)
+    start = {**initial_order_parameters(P.spec)}
+    theta0 = np.array([float(start.get(n, 0.0)) for n in P.names])
+    P.calibrate(theta0)
+    nu = nu_expectations(P)
+    for E in nu.values():
+        if E.quad_terms:
+            E.calibrate(dict(zip(P.names, theta0)))
+    for _ in range(3):
+        th = theta0 * (1 + 0.2 * rng.uniform(-1, 1, theta0.size))
+        v1, g1 = fast.value_and_gradient(th)
+        v2, g2 = P.value_and_gradient(th)
+        assert v1 == pytest.approx(v2, rel=1e-8, abs=1e-10)
+        np.testing.assert_allclose(g1, g2, rtol=1e-7, atol=1e-9)
+        np.testing.assert_allclose(fast.gradients(th).omega, P.gradients(th).omega, rtol=1e-7, atol=1e-9)
+        vals = dict(zip(P.names, th))
+        for n, E in nu.items():
+            assert fast.nu[n].value(vals) == pytest.approx(E.value(vals), rel=1e-6, abs=1e-10), n
