@@ -61,9 +61,15 @@ def _at(pairs):
     return out
 
 
-def _load(args):
+def _load(args, dynamics: bool = False):
+    """The command's spec; ``dynamics``: refused (exit 2) at once where SGD's dynamics are not defined
+    (a loss that jumps along a trainable pre-activation, ``Loss.require_pathwise_gradient``)."""
     from .spec import load_spec
-    return load_spec(args.spec, settings=args.set)
+    spec = load_spec(args.spec, settings=args.set)
+    if dynamics:
+        from .symbolic.loss import build_loss
+        build_loss(spec).require_pathwise_gradient()
+    return spec
 
 
 def _residual(args) -> bool:
@@ -151,7 +157,7 @@ def cmd_derive(args):
     from .derivation import derive
     from .files import check_output_file
 
-    spec = _load(args)
+    spec = _load(args, dynamics=True)
     M = _truncation(args, spec)
     out = check_output_file(args.out or default_path(spec, M), "--out")
     system = derive(spec, M)
@@ -191,7 +197,7 @@ def cmd_theory(args):
         _write_table(commands.theory(args.spec, args.time, args.points, size=args.size, seed=args.seed,
                                      rotations=args.rotations or 1), args.out)
         return
-    spec = _load(args)
+    spec = _load(args, dynamics=True)
     _theory_checks(args)
     if args.fast and args.quick:
         raise UsageError("--quick: for the matrix-level theory only, not with --fast")
@@ -259,7 +265,7 @@ def cmd_simulate(args):
                                        backend=args.backend if args.backend != "numpy" else "torch",
                                        device=args.device, dtype=args.dtype), args.out, digits=None)
         return
-    spec = _load(args)
+    spec = _load(args, dynamics=True)
     _whole("--dim", args.dim, 1)
     _whole("--seeds", args.seeds, 1)
     _whole("--seed0", args.seed0, 0)
@@ -309,7 +315,7 @@ def cmd_compare(args):
         if args.dim is None or args.dims is not None:
             raise UsageError("compare: a residual network takes --dim D (the theory from each seed's matrices)")
         return cmd_residual(args)
-    spec = _load(args)
+    spec = _load(args, dynamics=True)
     if (args.dim is None) == (args.dims is None):
         raise UsageError("compare: give exactly one of --dim D or --dims D1,D2[,D3]")
     dims = _dims(args.dims) if args.dims is not None else None

@@ -27,7 +27,7 @@ def spec(activation, L=2, teacher="tied", **model):
     t = {"name": "t", "role": "teacher", "parameterization": teacher, "width": 0.5}
     if teacher == "identity":
         t = {"name": "t", "role": "teacher", "parameterization": "identity", "scale": 1.0}
-    return load_spec({"name": f"cq_{activation}", "model": {"tokens": L, "activation": activation, **model},
+    return load_spec({"name": "cq_" + "".join(c for c in activation if c.isalnum()), "model": {"tokens": L, "activation": activation, **model},
                       "indices": [{"name": "s", "role": "student", "parameterization": "tied"}, t],
                       "training": {"noise_ratio": 0.01}})
 
@@ -213,3 +213,37 @@ def test_inverse_temperature_is_a_run_time_parameter():
         got.append(out)
     assert sorted(p.name for p in cache_dir().rglob("*.py")) == files
     assert min(np.max(np.abs(got[i] - got[j])) for i, j in ((0, 1), (0, 2), (1, 2))) > 1e-3
+
+
+def test_a_jump_is_compiled_by_the_score_route_and_equals_the_python_quadrature():
+    """A Heaviside activation: its quadrature terms take E∇f and E∇²f from f alone (Stein's lemma twice,
+    ``runtime.score_moments``) in the generated kernel and in the Python quadrature; the two sum the same
+    nodes in different orders (1e-10 relative), and at a singular Σ_y (student = teacher) the kernel
+    returns NaN rather than a number, where the Python route raises."""
+    from symattn.codegen import emit
+    from symattn.codegen.load import cached_module
+    from symattn.derivation.potential import Potential
+    from symattn.errors import NumericalFailure
+
+    P = Potential(spec("Heaviside(z)", L=1), tol=1e-3)
+    assert any(t.score for t in P.quad_terms)
+    th = P.theta({"q_s_s": 0.8, "q_s_t": 0.3, "q_t_t": 0.5})
+    P.calibrate(th)
+    kernels = {}
+    code, orders = emit.expectation_code(P, "phi_and_grad", "phi", kernels=kernels)
+    source = "\n\n".join([
+        "import math\n\nimport numpy\nimport numpy as np\nfrom numba import njit\n",
+        emit.template("gauss_rule.py.tmpl").template,
+        emit.KERNELS_BEGIN + "\n" + "\n\n".join(text for _, text in kernels.values()) + emit.KERNELS_END,
+        emit.WITH_LAW, code, f"ORDERS = {orders!r}\n"])
+    mod = cached_module(source)
+    law = np.array([P.label_noise, P.beta])
+    for point in (th, P.theta({"q_s_s": 1.3, "q_s_t": -0.4, "q_t_t": 0.6})):
+        val, grad = mod.phi_and_grad(np.ascontiguousarray(point), law)
+        ref_val, ref_grad = P.value_and_gradient(point)
+        scale = 1.0 + abs(ref_val) + np.max(np.abs(ref_grad))
+        assert abs(val - ref_val) <= TOL * scale and np.max(np.abs(grad - ref_grad)) <= TOL * scale
+    same = P.theta({"q_s_s": 0.5, "q_s_t": 0.5, "q_t_t": 0.5})
+    assert not np.isfinite(mod.phi_and_grad(np.ascontiguousarray(same), law)[0])
+    with pytest.raises(NumericalFailure, match="singular"):
+        P.value_and_gradient(same)

@@ -105,13 +105,14 @@ def exp_as_powers(expr, variables, bases):
     return sp.sympify(expr).replace(sp.exp, rewrite)
 
 
-def kernel_loops(exprs, variables, r: int, stein: bool) -> tuple:
+def kernel_loops(exprs, variables, r: int, stein: bool, score: bool = False) -> tuple:
     """(code, uses_exp): the node loop of a compiled expectation — r nested loops over the 1-d nodes,
     each level adding its share to the node's coordinates (x_i = x̄_i + Σ_a A_ia z_a) and exponentials
     (e_i = exp(x̄_i) Π_a exp(A_ia z_a) from tables over the 1-d nodes, see ``exp_as_powers``) and to
     the weight, the innermost evaluating exprs (common subexpressions shared) into scalar accumulators
-    acc<j> (and, with Stein's lemma, hy<a><b> += w (P∇f)_a (Σ_y^(-1/2) z)_b). No exponential and no
-    array write per node."""
+    acc<j> (and, with Stein's lemma, hy<a><b> += w (P∇f)_a (Σ_y^(-1/2) z)_b; with ``score``, exprs = [f]
+    of a jump, the moments sz<a> += w f z_a and szz<a><b> += w f z_a z_b for ``runtime.score_moments``).
+    No exponential and no array write per node."""
     xs = [sp.Symbol(f"x{i}") for i in range(len(variables))]
     es = [sp.Symbol(f"e{i}") for i in range(len(variables))]
     sub = dict(zip(variables, xs))
@@ -123,6 +124,8 @@ def kernel_loops(exprs, variables, r: int, stein: bool) -> tuple:
     code = lambda e: pycode(e, fully_qualified_modules=True)  # noqa: E731
     lines = [f"    acc{j} = 0.0" for j in range(len(exprs))]
     lines += [f"    hy{a}{b} = 0.0" for a in range(r) for b in range(r)] if stein else []
+    lines += ([f"    sz{a} = 0.0" for a in range(r)] + [f"    szz{a}{b} = 0.0" for a in range(r) for b in range(a, r)]
+              if score else [])
     for a in range(r):
         pad = "    " * (a + 1)
         lines.append(f"{pad}for i{a} in range(n):")
@@ -144,6 +147,15 @@ def kernel_loops(exprs, variables, r: int, stein: bool) -> tuple:
             lines.append(f"{pad}pg{a} = " + " + ".join(f"P[{a}, {i}] * o{1 + i}" for i in range(nv)))
             lines.append(f"{pad}wz{a} = " + " + ".join(f"Wh[{a}, {c}] * z{c}" for c in range(r)))
         lines += [f"{pad}hy{a}{b} += w{r - 1} * pg{a} * wz{b}" for a in range(r) for b in range(r)]
+    if score:
+        lines.append(f"{pad}wf = w{r - 1} * o0")
+        lines += [f"{pad}sz{a} += wf * z{a}" for a in range(r)]
+        lines += [f"{pad}szz{a}{b} += wf * z{a} * z{b}" for a in range(r) for b in range(a, r)]
+        sz = "np.array([" + ", ".join(f"sz{a}" for a in range(r)) + "])"
+        szz = "np.array([" + ", ".join("[" + ", ".join(f"szz{min(a, b)}{max(a, b)}" for b in range(r)) + "]"
+                                       for a in range(r)) + "])"
+        lines.append(f"    acc, Hy = _rt.score_moments(acc0, {sz}, {szz}, Wh, P)")
+        return "\n".join(lines), bool(ue)
     lines.append("    acc = np.array([" + ", ".join(f"acc{j}" for j in range(len(exprs))) + "])")
     hy = ("np.array([" + ", ".join("[" + ", ".join(f"hy{a}{b}" for b in range(r)) + "]" for a in range(r)) + "])"
           if stein else f"np.zeros(({r}, {r}))")
@@ -169,9 +181,11 @@ def _with_law(theta, law):
 # module cache (codegen.load) stores this block as a file of its own, shared by every truncation
 KERNELS_BEGIN = "# ---- compiled quadrature kernels ----\n"
 KERNELS_END = "\n# ---- end of compiled quadrature kernels ----\n"
-MODES = {"value": runtime.VALUE, "hessian": runtime.HESSIAN, "stein": runtime.STEIN, "fast": runtime.STEIN}
+MODES = {"value": runtime.VALUE, "hessian": runtime.HESSIAN, "stein": runtime.STEIN, "fast": runtime.STEIN,
+         "score": runtime.STEIN}
 OUTPUTS = {"value": "[f]", "hessian": "[f, ∇f, upper ∇²f]", "stein": "[f, ∇f], E∇²f by Stein's lemma",
-           "fast": "[f, ∇f], E∇²f by Stein's lemma; NaN when Σ_y is ill-conditioned"}
+           "fast": "[f, ∇f], E∇²f by Stein's lemma; NaN when Σ_y is ill-conditioned",
+           "score": "[f] of a jump, E∇f and E∇²f by Stein's lemma; NaN when Σ_y is ill-conditioned"}
 NODE_MAP = "    Amap, xmean, Wh = _rt.node_map(P, mu0, mut, cov0, covt, theta)\n"
 NODE_MAP_GUARDED = """\
     Amap, xmean, Wh, ratio = _rt.node_map_conditioned(P, mu0, mut, cov0, covt, theta)
@@ -188,13 +202,13 @@ SMOOTH_FASTMATH = ', fastmath={"reassoc", "nsz"}'
 
 def _kernel(mode, exprs, variables, r, kernels: dict) -> int:
     """The id of the compiled expectation of ``exprs`` in ``mode``, registered in ``kernels``."""
-    body, uses_exp = kernel_loops(exprs, variables, r, mode in ("stein", "fast"))
+    body, uses_exp = kernel_loops(exprs, variables, r, mode in ("stein", "fast"), score=mode == "score")
     key = (body, mode)
     if key not in kernels:
         fid = len(kernels)
         kernels[key] = (fid, template("quad_term.py.tmpl").substitute(
             fid=fid, r=r, nv=len(variables), mode=MODES[mode], outputs=OUTPUTS[mode], loops=body,
-            node_map=NODE_MAP_GUARDED if mode == "fast" else NODE_MAP, tables=EXP_TABLES if uses_exp else "",
+            node_map=NODE_MAP_GUARDED if mode in ("fast", "score") else NODE_MAP, tables=EXP_TABLES if uses_exp else "",
             fastmath=SMOOTH_FASTMATH if mode in ("fast", "hessian") else ""))
     return kernels[key][0]
 
@@ -213,6 +227,8 @@ def quad_term_code(tag, term, position, gradient, kernels: dict):
     grads = list(term.outputs[:1 + nv])
     if not gradient:
         fids = [_kernel("value", [term.expr], v, r, kernels)]
+    elif term.score:
+        fids = [_kernel("score", [term.expr], v, r, kernels)]
     elif term.stein:
         fids = [_kernel("stein", grads, v, r, kernels)]
     else:                               # of the Hessian the upper triangle

@@ -13,6 +13,7 @@ from ..symbolic.quadrature_rule import (  # noqa: F401
     node_map_conditioned,
     pack,
     rule_1d,
+    score_moments,
     term_data,
     unpack,
 )

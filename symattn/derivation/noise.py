@@ -66,8 +66,10 @@ def nu_expectations(potential, tol: float = 2e-2) -> dict:
     spec, loss = potential.spec, potential.loss
     L, C = spec.tokens, rational_matrix(spec.covariance)
     mat = {}
+    mine = [g_symbol(i, j, k) for k in spec.students for i in range(L) for j in range(L)]
+    grad = dict(zip(mine, loss.pathwise_gradient(mine)))
     for k in spec.students:
-        e = [[sp.diff(loss.expr, g_symbol(i, j, k)) for j in range(L)] for i in range(L)]
+        e = [[grad[g_symbol(i, j, k)] for j in range(L)] for i in range(L)]
         if spec.indices[k].symmetric:
             e = [[(e[i][j] + e[j][i]) / 2 for j in range(L)] for i in range(L)]
         mat[k] = e

@@ -87,6 +87,29 @@ class Loss:
             return []
         return [xi_symbol(i, j) for i in range(self.L) for j in range(self.L)]
 
+    def require_pathwise_gradient(self) -> None:
+        """SpecError unless 𝓛 is continuous along every trainable G (symbolic.jumps): where it jumps, the
+        per-sample gradient online SGD takes is zero on the jump set's complement and misses the jump's
+        Dirac mass, so its mean is not ∇Φ (SGD does not follow the population gradient), and the noise term
+        E|∇𝓛|² holds the square of a Dirac mass (infinite). Φ and its gradient still exist (``potential``)."""
+        from ..errors import SpecError
+        from .jumps import smoothness
+        gs = tuple(self.g_symbols)
+        along = tuple(s for n, s in enumerate(gs) if (n % self.K) in set(self.spec.students))
+        if smoothness(self.expr, gs + tuple(self.xi_symbols), along) == "jump":
+            key = "model.loss" if self.spec.loss is not None else "model.activation"
+            raise SpecError(f"{key}: the loss jumps across a hyperplane of the trainable pre-activations; online "
+                            f"SGD's per-sample gradient then misses the jump (its mean is not the gradient of Φ) "
+                            f"and the SGD-noise term is infinite, so the dynamics are not defined — only "
+                            f"'symattn potential' (Φ and its gradient) is; use a continuous activation or loss")
+
+    def pathwise_gradient(self, symbols=None) -> list:
+        """∂𝓛/∂G of the given G symbols (default ``g_symbols``) almost everywhere (``symbolic.jumps.ae_gradient``:
+        no Dirac terms, so a kinked loss such as z·Heaviside(z) compiles), after ``require_pathwise_gradient``."""
+        from .jumps import ae_gradient
+        self.require_pathwise_gradient()
+        return ae_gradient(self.expr, self.g_symbols if symbols is None else symbols)
+
     def compile_gradient(self, backend: str = "numpy"):
         """Per-sample (𝓛, ∂𝓛/∂G) on a batch: f(G[..., L, L, K], xi[..., L, L]) -> (loss[...], grad[..., L, L, K]).
 
@@ -97,8 +120,11 @@ class Loss:
         L, K = self.L, self.K
         gs, xs = self.g_symbols, self.xi_symbols
         train = set(self.spec.students)
-        expr = self.expr.xreplace({BETA: sp.nsimplify(self.beta, rational=True)})
-        grads = [sp.diff(expr, s) if (n % K) in train else sp.Integer(0) for n, s in enumerate(gs)]
+        b = {BETA: sp.nsimplify(self.beta, rational=True)}
+        expr = self.expr.xreplace(b)
+        mine = [s for n, s in enumerate(gs) if (n % K) in train]
+        grad = dict(zip(mine, self.pathwise_gradient(mine)))
+        grads = [grad[s].xreplace(b) if s in grad else sp.Integer(0) for s in gs]
         exprs = [expr] + grads
         if backend == "torch":     # numeric constants as floats: torch.sqrt(2) of an int is refused
             exprs = [sp.nfloat(e, n=17, exponent=False) for e in exprs]

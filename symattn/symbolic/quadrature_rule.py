@@ -7,7 +7,8 @@ and Price's theorem. For one quadrature term,
 with z_q the nodes of the tensor rule built from the 1-d rule (``rule_1d``) in the r = P.shape[0]
 effective directions and Σ_y^½ the symmetric root (the grid axes are the canonical basis P, see
 ``symbolic.quadrature``); E∇²f comes from the integrand's second derivatives or, where those hold a
-Dirac mass, from Stein's lemma E∇²f = Pᵀ E[∇_y f ⊗ Σ_y⁻¹(y − μ_y)] P. Two callers run these same
+Dirac mass, from Stein's lemma E∇²f = Pᵀ E[∇_y f ⊗ Σ_y⁻¹(y − μ_y)] P, and where already ∇f holds one (a
+jump), both from f alone (``score_moments``). Two callers run these same
 functions: the Python quadrature (``symbolic.quadrature``: the integrand vectorised over the nodes)
 and the generated modules (``codegen``: ``_expect_<id>`` calls ``node_map`` once, runs the node loop
 with its integrand written out, and forms the result with ``finish``; they import this module as
@@ -251,6 +252,25 @@ def stein_hessian(Hy, P):
                 for j in range(nv):
                     EH[i, j] += P[a, i] * h * P[b, j]
     return EH
+
+
+@njit(cache=True)
+def score_moments(Ef, Sz, Szz, Wh, P):
+    """(acc, H_y) for ``finish`` in Stein mode from the sums of f alone (an integrand with a jump, whose
+    derivatives hold Dirac masses): Sz = E[f z], Szz = E[f z zᵀ] over the whitened nodes z, Wh = Σ_y^(−½).
+    Stein's lemma twice: E∇_y f = Wh E[f z], E∇²_y f = Wh (E[f z zᵀ] − E f I) Wh; acc = [E f, Pᵀ E∇_y f]."""
+    r, nv = P.shape
+    Ey = Wh @ Sz
+    M = Szz.copy()
+    for a in range(r):
+        M[a, a] -= Ef
+    Hy = Wh @ M @ Wh
+    acc = np.zeros(1 + nv)
+    acc[0] = Ef
+    for i in range(nv):
+        for a in range(r):
+            acc[1 + i] += P[a, i] * Ey[a]
+    return acc, Hy
 
 
 @njit(cache=True)
