@@ -12,7 +12,7 @@ the second derivative.
 
 - smooth: the term's derivatives as SymPy gives them;
 - kink: E∇f from the a.e. gradient (the δ terms of ∂f vanish on their hyperplanes), E∇²f by Stein's lemma;
-- jump: both by Stein's lemma from f alone (``quadrature_rule.finish_score``); and the *per-sample*
+- jump: both by Stein's lemma from f alone (``quadrature_rule.score_moments``); and the *per-sample*
   gradient that online SGD takes is the a.e. one, whose mean is not ∇Φ — the dynamics are refused
   (``symbolic.loss.Loss.require_pathwise_gradient``).
 """

@@ -94,8 +94,8 @@ class Loss:
         E|∇𝓛|² holds the square of a Dirac mass (infinite). Φ and its gradient still exist (``potential``)."""
         from ..errors import SpecError
         from .jumps import smoothness
-        gs = tuple(self.g_symbols)
-        along = tuple(s for n, s in enumerate(gs) if (n % self.K) in set(self.spec.students))
+        gs, train = tuple(self.g_symbols), set(self.spec.students)
+        along = tuple(s for n, s in enumerate(gs) if (n % self.K) in train)
         if smoothness(self.expr, gs + tuple(self.xi_symbols), along) == "jump":
             key = "model.loss" if self.spec.loss is not None else "model.activation"
             raise SpecError(f"{key}: the loss jumps across a hyperplane of the trainable pre-activations; online "

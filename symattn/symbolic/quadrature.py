@@ -29,7 +29,7 @@ import numpy as np
 import sympy as sp
 
 from ..transient import PicklesWithoutCaches
-from .jumps import ae_gradient, smoothness
+from .jumps import ae_gradient, is_smooth, smoothness
 from .quadrature_rule import (
     HALF_WIDTH,
     MIN_TRAPEZOID,
@@ -104,6 +104,8 @@ def invariant_projection(expr, variables, rng=None, tol=1e-9):
     check = jac(3 * n + 5)
     if np.max(np.abs(check @ N.T)) > 1e-8 * max(1.0, np.max(np.abs(check))):
         return np.eye(n)
+    if is_smooth(expr):
+        return P
     # the a.e. gradient misses a jump across a dropped direction (Heaviside(x1 − x2)·x3): the values too
     value = sp.lambdify([variables], expr, modules=mods)
     X = rng.standard_normal((3 * n + 5, n))
@@ -155,8 +157,9 @@ class QuadTerm(PicklesWithoutCaches):
             self.P = canonical_basis(invariant_projection(self.expr, v))
         # kinked: ∇²f holds a Dirac mass, E∇²f only by Stein's lemma; a jump: ∇f too, E∇f and E∇²f both by
         # Stein's lemma from f alone (``score``; symbolic.jumps)
-        self.smoothness = smoothness(self.expr, tuple(v)) if self.gradient else "smooth"
-        self.stein, self.score = self.smoothness == "kink", self.smoothness == "jump"
+        self.smoothness = smoothness(self.expr, tuple(v))
+        self.stein = self.gradient and self.smoothness == "kink"
+        self.score = self.gradient and self.smoothness == "jump"
         # [f, ∇f, ∇²f row-major (smooth only)]: ``_fn``, codegen. A smooth term takes E∇²f by Stein's
         # lemma too while Σ_y is well conditioned (``quadrature_rule.STEIN_CONDITION``), else from ∇²f
         self.outputs = [self.expr]
@@ -298,10 +301,10 @@ def adaptive_orders(terms, theta, tol, start=17, relative=False):
 def _first_order(term, n_low: int, n_high: int) -> float:
     """The factor from the change between n_low and n_high nodes to the error at n_low: 1 for a rule that
     converges geometrically (the change is the error); n_high/(n_high − n_low) ≈ 4.3 for a term with a
-    jump (``QuadTerm.score``), where the trapezoidal rule converges only like h — Richardson's estimate for a
+    jump (``QuadTerm.smoothness``, value-only terms included), where the trapezoidal rule converges only like h — Richardson's estimate for a
     first-order rule (measured on Heaviside at 24 random states, tol 1e-3 … 1e-5: the true error of Φ and
     ∇Φ was up to 4.1× the plain change)."""
-    return n_high / (n_high - n_low) if getattr(term, "score", False) and n_high > n_low else 1.0
+    return n_high / (n_high - n_low) if term.smoothness == "jump" and n_high > n_low else 1.0
 
 
 def separable_split(expr, variables):
