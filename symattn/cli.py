@@ -284,6 +284,8 @@ def cmd_simulate(args):
                        backend=args.backend, device=args.device, dtype=args.dtype, log_time=args.log_time)
     except KeyboardInterrupt:
         if partial and partial.get("table"):
+            from .files import PENDING_SIGNALS
+            PENDING_SIGNALS.clear()              # this interrupt is being handled: the partial table is wanted
             t = partial["table"]["time"]
             _write_table(partial["table"], args.out, digits=None,
                          header=f"# partial: interrupted; {len(t)} of {args.points} time points, up to time {t[-1]:.6g}\n")
@@ -574,7 +576,16 @@ class _Terminated(KeyboardInterrupt):
 
 
 def _on_sigterm(signum, frame):
+    from .files import PENDING_SIGNALS
+    PENDING_SIGNALS.append(_Terminated)
     raise _Terminated()
+
+
+def _on_sigint(signum, frame):
+    """Ctrl-C: recorded (``files.PENDING_SIGNALS``), then raised as usual."""
+    from .files import PENDING_SIGNALS
+    PENDING_SIGNALS.append(KeyboardInterrupt)
+    raise KeyboardInterrupt()
 
 
 def _fail(msg, code):
@@ -599,9 +610,14 @@ def main(argv=None):
     _WRITTEN.clear()
     shown = warnings.showwarning
     warnings.showwarning = _one_line_warning
-    old_term = signal.signal(signal.SIGTERM, _on_sigterm) if _main_thread() else None
+    from .files import PENDING_SIGNALS, raise_pending_signal
+    PENDING_SIGNALS.clear()
+    main_thread = _main_thread()
+    old_term = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
+    old_int = signal.signal(signal.SIGINT, _on_sigint) if main_thread else None
     try:
         args.func(args)
+        raise_pending_signal()           # an interrupt swallowed by a finaliser still ends the run as one
     except KeyboardInterrupt as exc:
         if args.debug:
             raise
@@ -642,6 +658,8 @@ def main(argv=None):
         warnings.showwarning = shown
         if old_term is not None:
             signal.signal(signal.SIGTERM, old_term)
+        if old_int is not None:
+            signal.signal(signal.SIGINT, old_int)
     return 0
 
 

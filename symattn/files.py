@@ -15,6 +15,18 @@ from pathlib import Path
 
 from .errors import UsageError
 
+# Signals whose exception may have been swallowed: a KeyboardInterrupt raised inside a finaliser
+# (``__del__``, e.g. of a Numba/LLVM object) is printed as "Exception ignored" and lost, and the run
+# would go on to write its outputs and exit 0. The command line's handlers record the exception type
+# here; ``atomic_target`` re-raises it before it renames a file into place, and ``main`` before it exits.
+PENDING_SIGNALS: list = []
+
+
+def raise_pending_signal() -> None:
+    """Re-raise the first recorded, possibly swallowed, interrupt (no-op when none was received)."""
+    if PENDING_SIGNALS:
+        raise PENDING_SIGNALS[0]()
+
 
 @contextlib.contextmanager
 def atomic_target(path, mode: int | None = None):
@@ -32,6 +44,7 @@ def atomic_target(path, mode: int | None = None):
             os.umask(umask)
             mode = 0o666 & ~umask
         os.chmod(tmp, mode)
+        raise_pending_signal()
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -657,3 +657,26 @@ def test_spectral_theory_writes_only_its_output(tmp_path, workdir, capsys):
                            "--points", "3", "--quiet"], capsys)
     assert code == 0, err
     assert out.startswith("time,") and _files(workdir) == set()
+
+
+def test_interrupt_swallowed_by_a_finaliser_still_ends_the_run(tmp_path, monkeypatch):
+    """A Ctrl-C that arrives inside a finaliser (a Numba/LLVM object's ``__del__`` while compiling) is
+    printed by Python as "Exception ignored" and lost; the run must still end as interrupted (130), and
+    the output file it was about to write must not appear (seen once: exit 0 and a written table)."""
+    from symattn import cli
+    from symattn.files import atomic_write
+    out = tmp_path / "out.csv"
+
+    class Finaliser:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(10000):              # the handler runs here; its KeyboardInterrupt is swallowed
+                pass
+
+    def command(args):
+        Finaliser()
+        atomic_write(out, "time\n0\n")
+
+    monkeypatch.setattr(cli, "cmd_examples", command)
+    assert cli.main(["examples"]) == 130
+    assert not out.exists() and list(tmp_path.iterdir()) == []
