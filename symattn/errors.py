@@ -5,11 +5,12 @@
 - :class:`UsageError` (exit 2): an invalid command-line option or an impossible request (a size
   beyond this machine's memory, an unwritable output path), one line naming the option.
 - :class:`NumericalFailure` (exit 3): a diverging integration or simulation (NaN, inf,
-  exploding norm), with the time where it happened.
+  exploding norm), with the time where it happened; :class:`ExpectationUndefined`, a Gaussian
+  expectation of the loss that does not exist at the order parameters reached.
 """
 from __future__ import annotations
 
-__all__ = ["SymattnError", "SpecError", "UsageError", "NumericalFailure"]
+__all__ = ["SymattnError", "SpecError", "UsageError", "NumericalFailure", "ExpectationUndefined"]
 
 
 class SymattnError(Exception):
@@ -30,3 +31,8 @@ class NumericalFailure(SymattnError, RuntimeError):
     def __init__(self, message: str, time: float | None = None):
         super().__init__(message)
         self.time = time
+
+
+class ExpectationUndefined(NumericalFailure):
+    """A Gaussian expectation of the loss that does not exist at the current order parameters (an integrand
+    growing as fast as the Gaussian decays, ``symbolic.growth``): never a trial-step artefact to retry."""

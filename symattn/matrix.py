@@ -4,6 +4,11 @@
 formed), ``dense`` a symmetric S, ``ndense`` a general S, ``pair`` (U, V) with M = U Vᵀ (never
 formed). Products with a block X (``apply``: S X, ``apply_t``: Sᵀ X) and the normalised traces
 Tr(A B)/N, Tr(A Bᵀ)/N cost O(N² r) through Grams; N³ work is matrix products (BLAS).
+
+*Batches.* A value may carry leading axes: R independent realisations of one index integrated as one
+flow (``stack``), every array ``(R, N, ·)``, a diagonal ``(R, N)``, a scalar shared. Every operation
+works on the last two axes (``@`` batches over the others) and a trace returns one value per
+realisation; an unbatched value is the case of no leading axes.
 """
 from __future__ import annotations
 
@@ -13,6 +18,16 @@ from functools import cached_property
 import numpy as np
 
 SYMMETRIC = ("scalar", "diag", "factor", "dense")
+
+
+def _t(A: np.ndarray) -> np.ndarray:
+    """Aᵀ over the last two axes."""
+    return A.swapaxes(-1, -2)
+
+
+def inner(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """⟨A, B⟩ = Tr(Aᵀ B) over the last two axes, one value per realisation."""
+    return np.einsum("...ij,...ij->...", A, B)
 
 
 @dataclass
@@ -39,36 +54,45 @@ class Mat:
     @cached_property
     def pair_sum(self) -> np.ndarray:
         """λ_i + λ_j of a diagonal S (S X + X S = pair_sum ∘ X), kept with the (frozen) matrix."""
-        return self.value[:, None] + self.value[None, :]
+        return self.value[..., :, None] + self.value[..., None, :]
+
+    def take(self, r: int) -> Mat:
+        """Realisation r of a batch (module docstring)."""
+        if self.kind == "scalar":
+            return self
+        if self.kind == "pair":
+            return Mat("pair", tuple(p[r] for p in self.value))
+        return Mat(self.kind, self.value[r])
 
     def dense(self, N: int) -> np.ndarray:
         if self.kind == "scalar":
             return self.value * np.eye(N)
         if self.kind == "diag":
-            return np.diag(self.value)
+            return self.value[..., :, None] * np.eye(N)
         if self.kind == "factor":
-            return self.value @ self.value.T
+            return self.value @ _t(self.value)
         if self.kind == "pair":
-            return self.value[0] @ self.value[1].T
+            return self.value[0] @ _t(self.value[1])
         return self.value
 
-    def trace(self, N: int) -> float:
+    def trace(self, N: int):
+        """Tr S/N (per realisation of a batch; a float for a scalar S)."""
         if self.kind == "scalar":
             return float(self.value)
         if self.kind == "diag":
-            return float(self.value.sum()) / N
+            return self.value.sum(axis=-1) / N
         if self.kind == "factor":
-            return float(np.vdot(self.value, self.value)) / N
+            return inner(self.value, self.value) / N
         if self.kind == "pair":
-            return float(np.vdot(*self.value)) / N
-        return float(np.trace(self.value)) / N
+            return inner(*self.value) / N
+        return np.trace(self.value, axis1=-2, axis2=-1) / N
 
     def apply(self, X: np.ndarray, gram=None) -> np.ndarray:
         """S @ X (for a factor, ``gram`` = W^T X when already known)."""
         if self.kind == "scalar":
             return self.value * X
         if self.kind == "diag":
-            return self.value[:, None] * X
+            return self.value[..., :, None] * X
         if self.kind == "factor":
             return self.value @ (gram_of(self.value, X) if gram is None else gram)
         if self.kind == "pair":
@@ -82,21 +106,21 @@ class Mat:
             U, V = self.value
             return V @ gram_of(U, X)
         if self.kind == "ndense":
-            return self.value.T @ X
+            return _t(self.value) @ X
         return self.apply(X)
 
-    def add_to(self, acc: np.ndarray, c: float, transpose: bool = False) -> None:
-        """acc += c·S (or c·Sᵀ) on a dense N×N accumulator."""
-        if self.kind == "scalar":
-            acc[np.diag_indices(len(acc))] += c * self.value
-        elif self.kind == "diag":
-            acc[np.diag_indices(len(acc))] += c * self.value
+    def add_to(self, acc: np.ndarray, c, transpose: bool = False) -> None:
+        """acc += c·S (or c·Sᵀ) on a dense N×N accumulator (c: a number, or one per realisation)."""
+        c = np.asarray(c, dtype=float)
+        if self.kind in ("scalar", "diag"):
+            diagonal = np.einsum("...ii->...i", acc)            # a writable view
+            diagonal += c[..., None] * self.value
         else:
-            D = self.dense(len(acc))
-            acc += c * (D.T if transpose else D)
+            D = self.dense(acc.shape[-1])
+            acc += c[..., None, None] * (_t(D) if transpose else D)
 
     def eigenvalues(self, N: int) -> np.ndarray:
-        """Eigenvalues of S, or of its symmetric part (M + Mᵀ)/2."""
+        """Eigenvalues of S, or of its symmetric part (M + Mᵀ)/2 (one realisation)."""
         if self.kind == "scalar":
             return np.full(N, float(self.value))
         if self.kind == "diag":
@@ -108,6 +132,16 @@ class Mat:
             return np.sort(np.concatenate([np.zeros(N - len(ev)), ev]))
         S = self.dense(N)
         return np.linalg.eigvalsh(0.5 * (S + S.T))
+
+
+def stack(mats: list) -> Mat:
+    """R realisations of one index as one batched Mat (module docstring); a scalar stays shared."""
+    first = mats[0]
+    if first.kind == "scalar":
+        return first
+    if first.kind == "pair":
+        return Mat("pair", tuple(np.stack([m.value[i] for m in mats]) for i in range(2)))
+    return Mat(first.kind, np.stack([m.value for m in mats]))
 
 
 def from_state(kind, state: dict) -> Mat:
@@ -124,15 +158,16 @@ def from_state(kind, state: dict) -> Mat:
 
 
 def gram_of(A: np.ndarray, B: np.ndarray) -> np.ndarray:
-    """A^T B. Small products go through a plain GEMM on a contiguous copy: NumPy sends A.T @ A
+    """Aᵀ B. Small products go through a plain GEMM on a contiguous copy: NumPy sends A.T @ A
     to a threaded SYRK that is pathologically slow for small sizes on a loaded machine."""
-    if A.size < 200_000:
-        return np.ascontiguousarray(A.T) @ B
-    return A.T @ B
+    if A.shape[-1] * A.shape[-2] < 200_000:
+        return np.ascontiguousarray(_t(A)) @ B
+    return _t(A) @ B
 
 
-def pair_trace(A: Mat, B: Mat, N: int, grams: dict, key, transpose: bool = False) -> float:
-    """Tr(A B)/N, or Tr(A Bᵀ)/N with ``transpose``; factor×factor stores W_A^T W_B in ``grams[key]``."""
+def pair_trace(A: Mat, B: Mat, N: int, grams: dict, key, transpose: bool = False):
+    """Tr(A B)/N, or Tr(A Bᵀ)/N with ``transpose`` (per realisation); factor×factor stores W_A^T W_B in
+    ``grams[key]``."""
     if A.symmetric and B.symmetric:
         return _symmetric_trace(A, B, N, grams, key)
     if A.kind == "scalar":
@@ -142,13 +177,13 @@ def pair_trace(A: Mat, B: Mat, N: int, grams: dict, key, transpose: bool = False
     if A.kind == "pair" and B.kind == "pair":
         (Ua, Va), (Ub, Vb) = A.value, B.value
         if transpose:                       # Tr(Ua Vaᵀ Vb Ubᵀ) = ⟨UaᵀUb, VaᵀVb⟩
-            return float(np.vdot(gram_of(Ua, Ub), gram_of(Va, Vb))) / N
-        return float(np.vdot(gram_of(Ub, Va), gram_of(Vb, Ua))) / N      # Tr(Ua Vaᵀ Ub Vbᵀ)
+            return inner(gram_of(Ua, Ub), gram_of(Va, Vb)) / N
+        return inner(gram_of(Ub, Va), gram_of(Vb, Ua)) / N      # Tr(Ua Vaᵀ Ub Vbᵀ)
     Da, Db = A.dense(N), B.dense(N)
-    return float(np.vdot(Da, Db) if transpose else np.vdot(Da.T, Db)) / N
+    return (inner(Da, Db) if transpose else inner(_t(Da), Db)) / N
 
 
-def _symmetric_trace(A: Mat, B: Mat, N: int, grams: dict, key) -> float:
+def _symmetric_trace(A: Mat, B: Mat, N: int, grams: dict, key):
     ka, kb = A.kind, B.kind
     if ka == "scalar":
         return float(A.value) * B.trace(N)
@@ -159,14 +194,14 @@ def _symmetric_trace(A: Mat, B: Mat, N: int, grams: dict, key) -> float:
         A, B, ka, kb = B, A, kb, ka
     if ka == "diag":
         if kb == "diag":
-            return float(A.value @ B.value) / N
+            return np.einsum("...i,...i->...", A.value, B.value) / N
         if kb == "factor":
-            return float(A.value @ np.einsum("ij,ij->i", B.value, B.value)) / N
-        return float(A.value @ np.diag(B.value)) / N
+            return np.einsum("...i,...ij,...ij->...", A.value, B.value, B.value) / N
+        return np.einsum("...i,...ii->...", A.value, B.value) / N
     if ka == "factor":
         if kb == "factor":
             C = gram_of(A.value, B.value)
             grams[key] = C
-            return float(np.vdot(C, C)) / N
-        return float(np.vdot(B.value @ A.value, A.value)) / N
-    return float(np.vdot(A.value, B.value)) / N
+            return inner(C, C) / N
+        return inner(B.value @ A.value, A.value) / N
+    return inner(A.value, B.value) / N

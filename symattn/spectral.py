@@ -81,8 +81,8 @@ from pathlib import Path
 import numpy as np
 
 from .derivation.means import relax_means, solve_means
-from .errors import NumericalFailure, UsageError
-from .matrix import Mat, from_state, pair_trace
+from .errors import ExpectationUndefined, NumericalFailure, UsageError
+from .matrix import Mat, from_state, inner, pair_trace, stack
 from .spec import Spec, load_spec
 from .symbolic.spectra import (  # noqa: F401 (re-exported)
     free_poisson_density,
@@ -175,8 +175,8 @@ def decoupled_teachers(spec, P, trials: int = 4) -> list:
     fresh = bool(P.quad_terms) and P.order is None        # calibrated here for the check only
     flow = _Flow(spec, initial_realisation(spec, 8, seed=1000, odd=cand), 8, P)   # reads the order parameters
     for trial in range(trials):
-        mats = initial_realisation(spec, 8, seed=1000 + trial, odd=cand)
-        th, _ = flow.theta(mats, 0.0, slave=False)
+        mats = [stack([m]) for m in initial_realisation(spec, 8, seed=1000 + trial, odd=cand)]
+        th = flow.theta(mats, 0.0, slave=False)[0][0]
         for k in spec.students:
             if not spec.indices[k].centred:
                 th[names[P.op.m(k).name]] = rng.uniform(-0.7, 0.7)
@@ -193,12 +193,14 @@ def decoupled_teachers(spec, P, trials: int = 4) -> list:
 
 # ============================================================================ the flow
 class _Context:
-    """What a kind's ``matrix_velocity`` reads: the matrices, Φ's gradient matrices GΩ, GΨ, Γ at
-    their order parameters (and slaved means), the weight decay γ."""
+    """What a kind's ``matrix_velocity`` reads: the matrices (a batch of R realisations,
+    ``symattn.matrix``), Φ's gradient matrices GΩ, GΨ, Γ at their order parameters (and slaved means),
+    shape (R, K, K), the weight decay γ."""
 
     def __init__(self, mats, grads, grams, wd, K):
         self.mats, self.grams, self.wd, self.K = mats, grams, wd, K
-        self.omega, self.psi, self.gamma = grads.omega, grads.psi, grads.gamma
+        self.omega, self.psi = grads
+        self.gamma = self.omega + self.psi
 
     def sym_apply(self, l: int, X, k: int | None = None):
         """S_l X, with S_l → (M_l + M_lᵀ)/2 for a non-symmetric S_l (the Gram W_lᵀW_k reused)."""
@@ -209,24 +211,25 @@ class _Context:
         if Ml.kind == "factor" and k is not None:
             gram = self.grams.get((l, k))
             if gram is None and (k, l) in self.grams:
-                gram = self.grams[(k, l)].T
+                gram = self.grams[(k, l)].swapaxes(-1, -2)
         return Ml.apply(X, gram)
 
     def sym_anticommutator(self, l: int, k: int):
         """S_l S_k + S_k S_l for a dense symmetric S_k, exactly symmetric (S_l → (M_l + M_lᵀ)/2 if
-        non-symmetric): 2 S_k S_kᵀ (one SYRK) for l = k, (λ_i + λ_j) S_ij for a scalar or diagonal S_l."""
+        non-symmetric): 2 S_k S_kᵀ (a SYRK per realisation) for l = k, (λ_i + λ_j) S_ij for a scalar or
+        diagonal S_l."""
         Ml, S = self.mats[l], self.mats[k].value
         if l == k:
-            return 2.0 * (S @ S.T)
+            return 2.0 * _syrk(S)
         if Ml.kind == "scalar":
             return (2.0 * Ml.value) * S
         if Ml.kind == "diag":
             return Ml.pair_sum * S
         A = self.sym_apply(l, S, k)
-        return A + A.T
+        return A + A.swapaxes(-1, -2)
 
-    def add_sym(self, acc, l: int, c: float) -> None:
-        """acc += c·S_l (c·(M_l + M_lᵀ)/2 for a non-symmetric S_l)."""
+    def add_sym(self, acc, l: int, c) -> None:
+        """acc += c·S_l (c·(M_l + M_lᵀ)/2 for a non-symmetric S_l); c one number per realisation."""
         Ml = self.mats[l]
         if Ml.symmetric:
             Ml.add_to(acc, c)
@@ -235,30 +238,49 @@ class _Context:
             Ml.add_to(acc, 0.5 * c, transpose=True)
 
 
+def _syrk(S: np.ndarray) -> np.ndarray:
+    """S Sᵀ of each realisation, exactly symmetric (NumPy sends a 2-d A @ A.T to BLAS's SYRK, half the
+    flops of a GEMM; a batched product would take the GEMM)."""
+    if S.ndim == 2:
+        return S @ S.T
+    out = np.empty_like(S)
+    for r in range(S.shape[0]):
+        np.matmul(S[r], S[r].T, out=out[r])
+    return out
+
+
 class _Flow:
-    """dY/dτ of the trainable matrices' parts (each kind's ``matrix_velocity``); the order
-    parameters θ are traces of the current matrices, the trainable means of uncentred indices are
-    slaved to ∂Φ/∂m = 0 (Newton, warm-started from the last solution) and the frozen ones fixed."""
+    """dY/dτ of the trainable matrices' parts (each kind's ``matrix_velocity``) for a batch of R
+    independent realisations integrated as one flow (``symattn.matrix``: every array has a leading
+    axis R; the order parameters, Φ's gradients and the slaved means are per realisation, so the
+    realisations do not interact — one vector field instead of R saves R − 1 times the per-evaluation
+    overhead). The order parameters θ are traces of the current matrices, the trainable means of
+    uncentred indices are slaved to ∂Φ/∂m = 0 (Newton, warm-started from the last solution) and the
+    frozen ones fixed. ``mats``: one realisation (a list of Mat) or R of them (a list of lists)."""
 
     def __init__(self, spec: Spec, mats: list, N: int, potential, fixed_means: dict | None = None):
+        if mats and isinstance(mats[0], Mat):
+            mats = [mats]
+        self.R = len(mats)
         self.spec, self.N, self.P = spec, N, potential
-        self.mats = list(mats)
+        self.mats = [stack([m[k] for m in mats]) for k in range(len(mats[0]))]
         self.K = spec.K
         self.gamma_wd = spec.weight_decay
         self.train = list(spec.students)
-        self.shapes = [[p.shape for p in mats[k].parts()] for k in self.train]
+        self.shapes = [[p.shape for p in self.mats[k].parts()] for k in self.train]
         self.names = spec.names
         self.pairs = [(a, b) for a in range(self.K) for b in range(a, self.K)]
         op, pos = potential.op, {n: i for i, n in enumerate(potential.names)}
         self.mean_pos = [pos[op.m(k).name] for k in self.train if not spec.indices[k].centred]
         self.mean_of = {k: pos[op.m(k).name] for k in range(self.K) if not spec.indices[k].centred}
-        self.theta_fixed = {self.mean_of[k]: float((fixed_means or {}).get(k, 0.0))
+        self.theta_fixed = {self.mean_of[k]: np.broadcast_to(np.asarray((fixed_means or {}).get(k, 0.0), dtype=float),
+                                                             (self.R,))
                             for k in self.mean_of if k not in self.train}
         self.pair_pos = []
         for a, b in self.pairs:
             so, sq = op.omega(a, b), op.psi(a, b)
             self.pair_pos.append((a, b, pos.get(so.name), None if sq == so else pos.get(sq.name)))
-        self.m_warm = np.zeros(len(self.mean_pos))
+        self.m_warm = np.zeros((self.R, len(self.mean_pos)))
         self.nevals = 0
         self.blocks = None              # N/2 for a realisation in two independent halves (``_blocks``)
 
@@ -279,21 +301,22 @@ class _Flow:
 
     # ---------------------------------------------------------------- order parameters
     def theta(self, mats, t, slave: bool = True):
-        """(θ in ``Potential.names`` order with the slaved means, the Grams of the factor pairs)."""
-        grams, th = {}, np.zeros(len(self.P.names))
+        """(θ in ``Potential.names`` order with the slaved means, shape (R, #θ); the Grams of the factor
+        pairs)."""
+        grams, th = {}, np.zeros((self.R, len(self.P.names)))
         for a, b, po, pq in self.pair_pos:
             if po is not None:
-                th[po] = pair_trace(mats[a], mats[b], self.N, grams, (a, b), transpose=pq is not None)
+                th[:, po] = pair_trace(mats[a], mats[b], self.N, grams, (a, b), transpose=pq is not None)
             if pq is not None:
-                th[pq] = pair_trace(mats[a], mats[b], self.N, grams, (a, b))
+                th[:, pq] = pair_trace(mats[a], mats[b], self.N, grams, (a, b))
         for p, v in self.theta_fixed.items():
-            th[p] = v
-        th[self.mean_pos] = self.m_warm
+            th[:, p] = v
+        th[:, self.mean_pos] = self.m_warm
         if not np.all(np.isfinite(th)) or (th.size and np.abs(th).max() > _BLOWUP):
             raise NumericalFailure(f"spectral flow diverged (order parameters {np.abs(th).max():.3g}) at time {t:.6g}", t)
         if slave and self.mean_pos:
             try:
-                th = solve_means(self.P, th, self.mean_pos)
+                th = np.array([solve_means(self.P, row, self.mean_pos) for row in th])
             except NumericalFailure as exc:
                 raise NumericalFailure(f"spectral flow: {exc} at time {t:.6g}", t) from None
         return th, grams
@@ -302,22 +325,24 @@ class _Flow:
         """Start of the slow phase: the trainable means after the fast phase dm/dt = −D ∂Φ/∂m."""
         if not self.mean_pos:
             return
-        self.m_warm = np.array([float((initial_means or {}).get(k, 0.0)) for k in self.train
-                                if not self.spec.indices[k].centred])
+        self.m_warm = np.array([[float(np.broadcast_to((initial_means or {}).get(k, 0.0), (self.R,))[r])
+                                 for k in self.train if not self.spec.indices[k].centred] for r in range(self.R)])
         th, _ = self.theta(mats, 0.0, slave=False)
-        D = []                                   # fast rates t^A + t^B
+        D = []                                   # fast rates t^A + t^B, per realisation
         for k in self.train:
             if not self.spec.indices[k].centred:
-                U, V = mats[k].parts()
-                D.append((np.vdot(U, U) + np.vdot(V, V)) / self.N)
-        th = relax_means(self.P, th, self.mean_pos, D, fast_time)
-        self.m_warm = th[self.mean_pos]
+                D.append(sum(inner(p, p) for p in mats[k].parts()) / self.N)
+        D = np.array(D).T
+        th = np.array([relax_means(self.P, th[r], self.mean_pos, list(D[r]), fast_time) for r in range(self.R)])
+        self.m_warm = th[:, self.mean_pos]
 
     def gradients(self, th, t):
-        G = self.P.gradients(th)
-        if not (np.all(np.isfinite(G.omega)) and np.all(np.isfinite(G.psi))):
+        """(GΩ, GΨ), each (R, K, K): Φ's gradient matrices at each realisation's θ."""
+        G = [self.P.gradients(row) for row in th]
+        omega, psi = np.array([g.omega for g in G]), np.array([g.psi for g in G])
+        if not (np.all(np.isfinite(omega)) and np.all(np.isfinite(psi))):
             raise NumericalFailure(f"spectral flow: non-finite gradient of Φ at time {t:.6g}", t)
-        return G
+        return omega, psi
 
     # ---------------------------------------------------------------- right-hand side
     def rhs(self, t, y):
@@ -329,10 +354,12 @@ class _Flow:
             with np.errstate(over="ignore", invalid="ignore"):
                 th, grams = self.theta(mats, t)
                 G = self.gradients(th, t)
+        except ExpectationUndefined as exc:
+            raise NumericalFailure(f"spectral flow: {exc} (at time {t:.6g})", t) from None
         except NumericalFailure:
             return np.full_like(y, np.nan)
         if self.mean_pos:
-            self.m_warm = th[self.mean_pos]
+            self.m_warm = th[:, self.mean_pos]
         ctx = _Context(mats, G, grams, self.gamma_wd, self.K)
         parts = [v.ravel() for k in self.train for v in self.spec.indices[k].kind.matrix_velocity(k, ctx)]
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
@@ -345,60 +372,71 @@ class _Flow:
             return                              # no means to update, and no trace can be near _BLOWUP
         th, _ = self.theta(self.unpack(y), t)
         if self.mean_pos:
-            self.m_warm = th[self.mean_pos]
+            self.m_warm = th[:, self.mean_pos]
 
     def observe(self, y, t, spectra: bool = True):
+        """(column → one value per realisation, eigenvalues of realisation 0's students if ``spectra``)."""
         mats = self.unpack(y)
         th, _ = self.theta(mats, t)
-        N, names = self.N, self.names
-        tr = np.array([m.trace(N) for m in mats])
+        N, names, R = self.N, self.names, self.R
+        tr = [np.broadcast_to(m.trace(N), (R,)) for m in mats]
         row = {"time": t}
         for a, n in enumerate(names):
             row[f"tr_{n}"] = tr[a]
         for a, n in enumerate(names):
             if a in self.mean_of:
                 U, V = mats[a].parts() if mats[a].kind == "pair" else (None, None)
-                row[f"m_{n}"] = th[self.mean_of[a]]
+                row[f"m_{n}"] = th[:, self.mean_of[a]]
                 if U is not None:
-                    row[f"trA_{n}"] = float(np.vdot(U, U)) / N
-                    row[f"trB_{n}"] = float(np.vdot(V, V)) / N
+                    row[f"trA_{n}"] = inner(U, U) / N
+                    row[f"trB_{n}"] = inner(V, V) / N
         split = {(a, b): (po, pq) for a, b, po, pq in self.pair_pos if pq is not None}
         for a, b, po, pq in self.pair_pos:
             pair = f"{names[a]}_{names[b]}"
-            q = th[pq] if pq is not None else th[po]
+            q = th[:, pq] if pq is not None else th[:, po]
             row[f"q_{pair}"] = q
             row[f"p_{pair}"] = q - tr[a] * tr[b]
             if pq is not None:
-                row[f"q1_{pair}"] = th[po]
-                row[f"q2_{pair}"] = th[pq]
+                row[f"q1_{pair}"] = th[:, po]
+                row[f"q2_{pair}"] = th[:, pq]
 
         def sym_product(i, j):          # Tr((M_i + M_iᵀ)(M_j + M_jᵀ))/N = 2(q1 + q2)
-            return 2.0 * sum(th[p] for p in split[i, j])
+            return 2.0 * sum(th[:, p] for p in split[i, j])
 
         for a, b in split:
             if a < b:
-                den = math.sqrt(abs(sym_product(a, a) * sym_product(b, b)))
-                row[f"overlap_{names[a]}_{names[b]}"] = sym_product(a, b) / den if den > 0 else math.nan
-        row["loss"] = float(self.P.value(th))
-        return row, ({names[k]: mats[k].eigenvalues(N) for k in self.train} if spectra else {})
+                den = np.sqrt(np.abs(sym_product(a, a) * sym_product(b, b)))
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    row[f"overlap_{names[a]}_{names[b]}"] = np.where(den > 0, sym_product(a, b) / np.where(den > 0, den, 1.0),
+                                                                     math.nan)
+        row["loss"] = np.array([float(self.P.value(r)) for r in th])
+        return row, ({names[k]: mats[k].take(0).eigenvalues(N) for k in self.train} if spectra else {})
 
 
-def _start(spec, P, N, seed, init, odd=()):
-    """The flow at its first slow-phase state: matrices, calibrated quadrature, relaxed means."""
-    mats = initial_realisation(spec, N, seed, init, odd=odd)
-    sample = init == "sample"
-    means = {k: math.sqrt(N) * mats[k].trace(N) for k, ix in enumerate(spec.indices) if not ix.centred} \
-        if sample else {}
+def _start(spec, P, N, seeds, init, odd=()):
+    """The flow of the realisations of ``seeds`` (one batch; a seed repeated gives the same initial
+    matrices) at their first slow-phase state: matrices, calibrated quadrature, relaxed means."""
+    seeds = [seeds] if isinstance(seeds, (int, np.integer)) else seeds
+    made = {}
+    for s in seeds:
+        if s not in made:
+            made[s] = initial_realisation(spec, N, s, init, odd=odd)
+    mats = [made[s] for s in seeds]
+    means = {k: np.array([math.sqrt(N) * float(m[k].trace(N)) for m in mats])
+             for k, ix in enumerate(spec.indices) if not ix.centred} if init == "sample" else {}
     flow = _Flow(spec, mats, N, P, fixed_means=means)
     flow.blocks = N // 2 if odd else None         # two independent halves: the noise stays block-diagonal
     if P.quad_terms and P.order is None:
-        P.calibrate(flow.theta(mats, 0.0, slave=False)[0])
-    flow.relax(mats, initial_means=means)
+        P.calibrate(flow.theta(flow.mats, 0.0, slave=False)[0][0])
+    flow.relax(flow.mats, initial_means=means)
     return flow
 
 
-def _integrate(spec, P, N, seed, times, method, rtol, atol, spectra=True, init="free", odd=()):
-    flow = _start(spec, P, N, seed, init, odd)
+def _integrate(spec, P, N, seeds, times, method, rtol, atol, spectra=True, init="free", odd=()):
+    """The deterministic flow of the realisations ``seeds`` as one batch (scipy's ``method``):
+    (column → (R, points) array, ``time`` → (points,); realisation 0's spectra; evaluations of one
+    realisation's vector field)."""
+    flow = _start(spec, P, N, seeds, init, odd)
     y0 = flow.pack()
     if atol is None:
         atol = rtol * 1e-2 * max(float(np.sqrt(np.mean(y0 ** 2))), 1e-300) if y0.size else rtol
@@ -433,48 +471,59 @@ def _integrate(spec, P, N, seed, times, method, rtol, atol, spectra=True, init="
                 while nxt < len(times):
                     record(solver.y, float(times[nxt]))
                     nxt += 1
-    table = {c: np.array([r[c] for r in rows]) for c in rows[0]}
-    return table, {n: np.array(v) for n, v in spec_rows.items()}, flow.nevals
+    table = {c: (np.array([r[c] for r in rows]) if c == "time" else np.array([r[c] for r in rows]).T) for c in rows[0]}
+    return table, {n: np.array(v) for n, v in spec_rows.items()}, flow.nevals * flow.R
 
 
 # ============================================================================ SGD noise (stochastic flow)
 class _Noise:
-    """Gaussian-equivalent SGD noise of the trainable indices (module docstring, "SGD noise")."""
+    """Gaussian-equivalent SGD noise of the trainable indices (module docstring, "SGD noise") for the
+    flow's batch of realisations: realisation r draws from ``rngs[r]`` with sign ``signs[r]``
+    (antithetic pairs share a stream with opposite signs)."""
 
-    def __init__(self, flow: _Flow, nu: dict, epsilon: float, rng, sign: float = 1.0):
+    def __init__(self, flow: _Flow, nu: dict, epsilon: float, rngs, signs=None):
         from .derivation.noise import nu_name
 
-        self.flow, self.eps, self.rng, self.sign = flow, float(epsilon), rng, float(sign)
+        if not isinstance(rngs, (list, tuple)):
+            rngs = [rngs]
+        self.flow, self.eps, self.rngs = flow, float(epsilon), list(rngs)
+        self.signs = np.ones(len(self.rngs)) if signs is None else np.asarray(signs, dtype=float)
         spec, tr = flow.spec, flow.train
         self.sym = [flow.mats[k].symmetric for k in tr]
         self.names = [[(nu_name(spec, k, l, "dd"), nu_name(spec, k, l, "dt")) for l in tr] for k in tr]
         self.nu = nu
 
     def nu_matrices(self, theta):
-        """(ν_s, ν_a) over the trainable indices: the covariances of the symmetric and the skew part
-        of δ, ν_s = (ν1 + ν2)/2, ν_a = (ν2 − ν1)/2 (a pair with a symmetric member: ν_s = ν, ν_a = 0)."""
-        vals = dict(zip(self.flow.P.names, theta))
+        """(ν_s, ν_a), each (R, n, n) over the trainable indices: the covariances of the symmetric and the
+        skew part of δ, ν_s = (ν1 + ν2)/2, ν_a = (ν2 − ν1)/2 (a pair with a symmetric member: ν_s = ν,
+        ν_a = 0), at each realisation's θ (rows of ``theta``)."""
+        theta = np.atleast_2d(theta)
         n = len(self.flow.train)
-        Vs, Va, cache = np.zeros((n, n)), np.zeros((n, n)), {}
+        Vs, Va = np.zeros((len(theta), n, n)), np.zeros((len(theta), n, n))
+        for r, row in enumerate(theta):
+            vals, cache = dict(zip(self.flow.P.names, row)), {}
 
-        def nu(name):
-            if name not in cache:
-                cache[name] = float(self.nu[name].value(vals))
-            return cache[name]
+            def nu(name):
+                if name not in cache:
+                    cache[name] = float(self.nu[name].value(vals))
+                return cache[name]
 
-        for i in range(n):
-            for j in range(n):
-                dd, dt = self.names[i][j]
-                if dd == dt:
-                    Vs[i, j] = nu(dd)
-                else:
-                    Vs[i, j] = 0.5 * (nu(dd) + nu(dt))
-                    Va[i, j] = 0.5 * (nu(dt) - nu(dd))
+            for i in range(n):
+                for j in range(n):
+                    dd, dt = self.names[i][j]
+                    if dd == dt:
+                        Vs[r, i, j] = nu(dd)
+                    else:
+                        Vs[r, i, j] = 0.5 * (nu(dd) + nu(dt))
+                        Va[r, i, j] = 0.5 * (nu(dt) - nu(dd))
         return Vs, Va
 
     @staticmethod
     def factor(V: np.ndarray) -> np.ndarray:
-        """C with C Cᵀ = V (Cholesky; eigenvalue-clipped symmetric root if not positive definite)."""
+        """C with C Cᵀ = V for each realisation's V (Cholesky; eigenvalue-clipped symmetric root if not
+        positive definite)."""
+        if V.ndim == 3:
+            return np.array([_Noise.factor(v) for v in V])
         if not np.any(V):
             return V
         try:
@@ -487,25 +536,27 @@ class _Noise:
         """dΞ_k = √(ε dt/N) Σ_m (Cs_km Zs_m + Ca_km Za_m), Zs/Za the symmetric/skew parts
         (G ± Gᵀ)/√2 of i.i.d. N(0, 1) matrices: E Tr(X dΞ_k Y dΞ_l)/N ≈ ε ν1_kl dt trX trY and
         E Tr(X dΞ_k Y dΞ_lᵀ)/N ≈ ε ν2_kl dt trX trY. For a realisation in two independent halves
-        (``flow.blocks`` = N/2, :func:`decoupled_teachers`) each half gets its own, of size N/2."""
-        n = Cs.shape[0]
+        (``flow.blocks`` = N/2, :func:`decoupled_teachers`) each half gets its own, of size N/2. One
+        (R, N, N) array per trainable index; realisation r from its own stream."""
+        from scipy.linalg import block_diag
+        R, n = Cs.shape[0], Cs.shape[1]
         blocks = self.flow.blocks
         size = blocks or N
-        scale = self.sign * math.sqrt(self.eps * dt / size) / math.sqrt(2.0)
-        out = [np.zeros((N, N)) for _ in range(n)]
-        for C, s in ((Cs, 1.0), (Ca, -1.0)):
-            if not np.any(C):
-                continue
-            for m in range(n):
-                if blocks:
-                    from scipy.linalg import block_diag
-                    G = block_diag(*(self.rng.standard_normal((size, size)) for _ in range(2)))
-                else:
-                    G = self.rng.standard_normal((N, N))
-                Z = (G + s * G.T) * scale
-                for i in range(n):
-                    if C[i, m] != 0.0:
-                        out[i] += C[i, m] * Z
+        out = [np.zeros((R, N, N)) for _ in range(n)]
+        for r in range(R):
+            rng, scale = self.rngs[r], self.signs[r] * math.sqrt(self.eps * dt / size) / math.sqrt(2.0)
+            for C, s in ((Cs[r], 1.0), (Ca[r], -1.0)):
+                if not np.any(C):
+                    continue
+                for m in range(n):
+                    if blocks:
+                        G = block_diag(*(rng.standard_normal((size, size)) for _ in range(2)))
+                    else:
+                        G = rng.standard_normal((N, N))
+                    Z = (G + s * G.T) * scale
+                    for i in range(n):
+                        if C[i, m] != 0.0:
+                            out[i][r] += C[i, m] * Z
         return out
 
     def apply(self, mats: list, dXi: list) -> list:
@@ -558,9 +609,10 @@ PASS_TOL = 3e-3        # a step passes over output times only where the knots in
                        # noise path's knots fluctuate by more than 1e-4, which would refuse nearly every pass)
 
 
-def _integrate_noisy(spec, P, nu, N, seed, times, epsilon, rng, dt_max, spectra=True, sign=1.0, init="free",
+def _integrate_noisy(spec, P, nu, N, seeds, times, epsilon, rngs, dt_max, spectra=True, signs=None, init="free",
                      rtol=1e-4, odd=(), land=None):
-    """One noise path of the stochastic flow: adaptive Cash–Karp 5(4) steps of the drift (error
+    """Noise paths of the stochastic flow, one per entry of ``seeds`` (its initial realisation) and ``rngs``
+    (its noise stream; ``signs``: ±1 each, antithetic pairs), integrated as one batch with common steps: adaptive Cash–Karp 5(4) steps of the drift (error
     control at ``rtol``; a step is also kept ≤ NOISE_STEP/(εν_max), ≤ SPLIT_STEP/(relative speed of the
     trained parameters, each array's divided by its kind's ``split_degree``), ≤ ``dt_max`` and ≤ the
     horizon/KNOTS), the noise maps in the symmetric (Strang) order around them (Itô: ν at the state each
@@ -575,9 +627,9 @@ def _integrate_noisy(spec, P, nu, N, seed, times, epsilon, rng, dt_max, spectra=
     output-bound ones on the README example. With ``land`` (default ``spectra``: all paths of a run alike)
     every output time is a knot, where the eigenvalues are recorded."""
     land = spectra if land is None else land
-    flow = _start(spec, P, N, seed, init, odd)
-    noise = _Noise(flow, nu, epsilon, rng, sign)
-    theta0 = flow.theta(flow.mats, 0.0)[0]
+    flow = _start(spec, P, N, seeds, init, odd)
+    noise = _Noise(flow, nu, epsilon, rngs, signs)
+    theta0 = flow.theta(flow.mats, 0.0)[0][0]
     for E in nu.values():                  # non-polynomial ν: quadrature order chosen at the start
         if E.quad_terms and E.order is None:
             E.calibrate(dict(zip(P.names, theta0)))
@@ -612,7 +664,7 @@ def _integrate_noisy(spec, P, nu, N, seed, times, epsilon, rng, dt_max, spectra=
         ``length`` 0: the cap only."""
         th, _ = flow.theta(flow.unpack(y), t_now)                 # raises beyond _BLOWUP
         Vs, Va = noise.nu_matrices(th)
-        nu_max = max(float(np.max(np.abs(np.linalg.eigvalsh(Vs + Va)))), 1e-300)
+        nu_max = max(float(np.max(np.abs(np.linalg.eigvalsh(Vs + Va)))), 1e-300)     # over the realisations
         if length > 0:
             flow.mats = noise.apply(flow.unpack(y), noise.increments(noise.factor(Vs), noise.factor(Va), length, N))
             y = flow.pack()
@@ -644,13 +696,14 @@ def _integrate_noisy(spec, P, nu, N, seed, times, epsilon, rng, dt_max, spectra=
     def interpolable(y1, t1):
         """Whether the knots interpolate the outputs a step to t1 passes over: the cubic through the last
         three knots and the step's end and the quadratic through the last two and the end differ there
-        by at most PASS_TOL of each column's scale (with fewer than three knots: no; the step lands)."""
+        by at most PASS_TOL of each column's scale (with fewer than three knots: no; the step lands). The
+        columns are the means over the batch: what the outputs report."""
         if len(knots) < 3:
             return False
         row, _ = flow.observe(y1, t1, spectra=False)
         cols = [c for c in row if c != "time"]
         x = np.array(knots[-3:] + [t1])
-        v = np.array([[r[c] for c in cols] for r in rows[-3:]] + [[row[c] for c in cols]])
+        v = np.array([[np.mean(r[c]) for c in cols] for r in rows[-3:]] + [[np.mean(row[c]) for c in cols]])
         inside = np.array([o for o in times if x[2] < o < t1])
         cubic, quad = _lagrange(x, v, inside), _lagrange(x[1:], v[1:], inside)
         scale = np.maximum(np.max(np.abs(v), axis=0), 1e-3)
@@ -694,9 +747,9 @@ def _integrate_noisy(spec, P, nu, N, seed, times, epsilon, rng, dt_max, spectra=
     table = {"time": out_t}
     for c in rows[0]:
         if c != "time":
-            vals = np.array([r[c] for r in rows])
-            table[c] = _at_times(knots, vals, out_t)
-    return table, {n: np.array(v) for n, v in spec_rows.items()}, flow.nevals, steps
+            vals = np.array([r[c] for r in rows])                  # (knots, R)
+            table[c] = _at_times(knots, vals, out_t).T
+    return table, {n: np.array(v) for n, v in spec_rows.items()}, flow.nevals * flow.R, steps * flow.R
 
 
 def _lagrange_weights(x, at):
@@ -716,45 +769,20 @@ def _lagrange(x, v, at):
 
 
 def _at_times(knots, vals, out_t):
-    """The knots' values at the output times: exact at a knot, between knots the cubic through the four
-    nearest (two on each side where there are; O(h⁴)), linear with fewer than four knots."""
+    """The knots' values at the output times (``vals``: knots × columns, or knots): exact at a knot,
+    between knots the cubic through the four nearest (two on each side where there are; O(h⁴)), linear
+    with fewer than four knots."""
     n = len(knots)
     if n < 4:
-        return np.interp(out_t, knots, vals)
+        return np.stack([np.interp(out_t, knots, v) for v in vals.T], axis=-1) if vals.ndim == 2 \
+            else np.interp(out_t, knots, vals)
     j = np.searchsorted(knots, out_t)
     nearest = np.clip(j - 2, 0, n - 4)[:, None] + np.arange(4)          # (outputs, 4) nearest knots
-    got = (_lagrange_weights(knots[nearest], out_t) * vals[nearest]).sum(axis=1)
+    w = _lagrange_weights(knots[nearest], out_t)
+    got = (w.reshape(w.shape + (1,) * (vals.ndim - 1)) * vals[nearest]).sum(axis=1)
     hit = (j < n) & (knots[np.minimum(j, n - 1)] == out_t)
     got[hit] = vals[j[hit]]
     return got
-
-
-def _noisy_average(spec, P, nu, N, seed, times, epsilon, noise_seed, dt_max, realisations, spectra=True,
-                   antithetic=False, init="free", odd=()):
-    """Mean over noise paths and its standard error (antithetic: paths 2j, 2j+1 use ±dΞ of one
-    stream; the error is then that of the R/2 pair means)."""
-    tables, first_spectra, nev, steps = [], None, 0, 0
-    for r in range(realisations):
-        j, sign = (r // 2, (-1.0) ** r) if antithetic else (r, 1.0)
-        rng = np.random.default_rng(np.random.SeedSequence([int(noise_seed), int(N), j, 0x5eed]))
-        tab, sp_, ne, st = _integrate_noisy(spec, P, nu, N, seed, times, epsilon, rng, dt_max,
-                                            spectra=spectra and r == 0, sign=sign, init=init, odd=odd,
-                                            land=spectra)
-        tables.append(tab)
-        nev += ne
-        steps += st
-        if r == 0:
-            first_spectra = sp_
-    table, sem = {}, {}
-    for c in tables[0]:
-        arr = np.array([tb[c] for tb in tables])
-        table[c] = arr.mean(axis=0)
-        if c != "time":
-            if antithetic:
-                arr = 0.5 * (arr[0::2] + arr[1::2])
-            n = arr.shape[0]
-            sem[c] = arr.std(axis=0, ddof=1) / math.sqrt(n) if n > 1 else np.full(arr.shape[1], np.nan)
-    return table, first_spectra, nev, steps, sem
 
 
 # Student's t at 97.5 % for 1 … 30 degrees of freedom (beyond: the 30's, a little above the normal 1.96)
@@ -765,17 +793,6 @@ _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 
 def t975(dof: int) -> float:
     """Student's t quantile at 97.5 % (a two-sided 95 % interval) for ``dof`` ≥ 1 degrees of freedom."""
     return _T975[min(int(dof), len(_T975)) - 1]
-
-
-def _mean_sem(tables):
-    """Column-wise mean of tables on one time grid and its standard error (zeros for one table)."""
-    mean, sem = {}, {}
-    for c in tables[0]:
-        arr = np.array([tb[c] for tb in tables])
-        mean[c] = arr.mean(axis=0)
-        n = arr.shape[0]
-        sem[c] = arr.std(axis=0, ddof=1) / math.sqrt(n) if n > 1 else np.zeros(arr.shape[1])
-    return mean, sem
 
 
 # ============================================================================ result
@@ -899,28 +916,47 @@ def solve_spectral(spec, time: float = 1.0, points: int = 51, size: int = 1000, 
             raise UsageError(f"noise_realisations {noise_realisations}: must be even with noise_antithetic")
         from .derivation.noise import nu_expectations
         nu = getattr(P, "nu", None) or nu_expectations(P)
-        nseed = int(seed if noise_seed is None else noise_seed)
-        R = int(noise_realisations)
-
-        def one(n, want_spectra, r):
-            tab, sp_, nev_, steps_, sem_ = _noisy_average(spec, P, nu, n, seed + r, times, epsilon, nseed + r,
-                                                          noise_dt, R, spectra=want_spectra,
-                                                          antithetic=bool(noise_antithetic), init=init, odd=odd)
-            return tab, sp_, nev_, {"noise_steps": steps_, "noise_sem": sem_}
-    else:
-        def one(n, want_spectra, r):
-            tab, sp_, nev_ = _integrate(spec, P, n, seed + r, times, method, rtol, atol, spectra=want_spectra,
-                                        init=init, odd=odd)
-            return tab, sp_, nev_, {}
+    nseed = int(seed if noise_seed is None else noise_seed)
+    R = int(noise_realisations) if noisy else 1
+    antithetic = noisy and bool(noise_antithetic)
 
     def run(n, want_spectra=True):
-        """The mean over the ``rotations`` realisations (seeds seed, seed + 1, …) and its standard error."""
-        outs = [one(n, want_spectra and r == 0, r) for r in range(rotations)]
+        """One batch (one flow): the ``rotations`` realisations (seeds seed, seed + 1, …) × R noise paths
+        each (realisation r's path j: stream [nseed + r, n, j]; antithetic pairs share one with ±). Returns
+        the mean over the realisations of their path means, realisation 0's spectra, the evaluations, the
+        noise information of realisation 0's paths, and the standard error over the realisations."""
+        seeds = [seed + r for r in range(rotations) for _ in range(R)]
+        if noisy:
+            rngs, signs = [], []
+            for r in range(rotations):
+                for j in range(R):
+                    jj, sg = (j // 2, (-1.0) ** j) if antithetic else (j, 1.0)
+                    rngs.append(np.random.default_rng(np.random.SeedSequence([nseed + r, int(n), jj, 0x5eed])))
+                    signs.append(sg)
+            tab, sp_, nev_, steps_ = _integrate_noisy(spec, P, nu, n, seeds, times, epsilon, rngs, noise_dt,
+                                                      spectra=want_spectra, signs=signs, init=init, odd=odd,
+                                                      land=want_spectra)
+        else:
+            tab, sp_, nev_ = _integrate(spec, P, n, seeds, times, method, rtol, atol, spectra=want_spectra,
+                                        init=init, odd=odd)
+            steps_ = 0
         if points == 1:
-            outs = [({c: v[-1:] for c, v in o[0].items()}, {k: v[-1:] for k, v in o[1].items()}, *o[2:])
-                    for o in outs]
-        mean, sem = _mean_sem([o[0] for o in outs])
-        return mean, outs[0][1], sum(o[2] for o in outs), outs[0][3], sem
+            tab, sp_ = {c: v[..., -1:] for c, v in tab.items()}, {k: v[-1:] for k, v in sp_.items()}
+        mean, sem, noise_sem = {}, {}, {}
+        for c, v in tab.items():
+            if c == "time":
+                mean[c], sem[c] = v, np.zeros_like(v)
+                continue
+            v = v.reshape(rotations, R, -1)
+            if noisy:
+                paths = 0.5 * (v[0, 0::2] + v[0, 1::2]) if antithetic else v[0]
+                m = paths.shape[0]
+                noise_sem[c] = paths.std(axis=0, ddof=1) / math.sqrt(m) if m > 1 else np.full(paths.shape[1], np.nan)
+            per_realisation = v.mean(axis=1)
+            mean[c] = per_realisation.mean(axis=0)
+            sem[c] = (per_realisation.std(axis=0, ddof=1) / math.sqrt(rotations) if rotations > 1
+                      else np.zeros(per_realisation.shape[1]))
+        return mean, sp_, nev_, {"noise_steps": steps_ // rotations, "noise_sem": noise_sem}, sem
 
     table, spectra, nev, extra, sem = run(size, spectra)
     info = {"rhs_evaluations": nev, "method": method, "rtol": rtol, "init": init, "extrapolated": False,
@@ -932,7 +968,7 @@ def solve_spectral(spec, time: float = 1.0, points: int = 51, size: int = 1000, 
                      "epsilon": epsilon, "noise_seed": nseed, "noise_dt": noise_dt, "noise_realisations": R,
                      "noise_antithetic": bool(noise_antithetic),
                      "noise_steps": extra["noise_steps"],
-                     "noise_sem": {c: (v[-1:] if points == 1 else v) for c, v in extra["noise_sem"].items()}})
+                     "noise_sem": extra["noise_sem"]})
     if error_estimate or extrapolate:
         nhalf = max(4, 2 * (size // 4))      # even, so that an atom of mass ½ is resolved alike
         half, _, nev2, _, sem_half = run(nhalf, False)

@@ -355,6 +355,69 @@ def test_convergent_growing_activation_is_not_refused(tmp_path, workdir, capsys)
     assert got["value"] == pytest.approx(exact, rel=1e-6)
 
 
+def _exp_square_phi(a, vs, vt, c):
+    """E½(F(G_s) − F(G_t))² for F(z) = exp(a z²), centred (G_s, G_t) with variances vs, vt and covariance c:
+    E exp(aX² + bY²) = det(I − 2 diag(a, b) Σ)^(−½) for a bivariate Gaussian (X, Y) ~ N(0, Σ)."""
+    import numpy as np
+
+    def joint(a1, a2):
+        M = np.eye(2) - 2 * np.diag([a1, a2]) @ np.array([[vs, c], [c, vt]])
+        return np.linalg.det(M) ** -0.5
+    return 0.5 * (joint(2 * a, 0) - 2 * joint(a, a) + joint(0, 2 * a))
+
+
+@pytest.mark.parametrize("command", ["potential", "theory"])
+def test_expectation_that_grows_like_a_gaussian_exists_only_below_its_variance_bound(command, tmp_path, workdir,
+                                                                                     capsys):
+    """F(z) = exp(z²/16): the MSE integrand grows like exp(G²/8), so E exists iff Var G < 4 (symbolic.growth:
+    c = 1/8 found by SymPy's limit). At q_ss = 0.5 (Var G_s = 1) Φ equals the closed form; at the example's
+    start q_ss = 2 (Var G_s = 4, on the bound) potential and the theory (the compiled Φ, checked at every
+    evaluation) exit 3 in one line naming the term, the variable and the bound — no quadrature runs."""
+    import json
+    # the student at σ = 1 (κ = 1): q_ss = σ⁴κ(1 + κ) = 2 at the free start, Var G_s = 2 q_ss = 4
+    spec = _write_spec(tmp_path, edit("init_scale = 0.5", "init_scale = 1.0", activation("exp(z**2/16)")))
+    if command == "potential":
+        at = {"q_student_student": 0.5, "q_student_teacher": 0.1, "q_teacher_teacher": 0.75}
+        code, out, err = _run(["potential", spec, "--quiet", "--json", "--tol", "1e-6",
+                               *[x for k, v in at.items() for x in ("--at", f"{k}={v}")]], capsys)
+        assert code == 0, err
+        exact = _exp_square_phi(1 / 16, 2 * at["q_student_student"], 2 * at["q_teacher_teacher"],
+                                2 * at["q_student_teacher"])
+        assert json.loads(out)["value"] == pytest.approx(exact, rel=1e-5)
+        argv = ["potential", spec, "--quiet"]
+    else:
+        argv = ["theory", spec, "--quiet", "--time", "0.01", "--points", "3", "--out", tmp_path / "th.csv"]
+    code, out, err = _run(argv, capsys)
+    _assert_one_line(code, err, 3)
+    assert "does not exist" in err and "exp(0.125·G_1_1_1²)" in err and "1/(2c) = 4" in err
+    assert not (tmp_path / "th.csv").exists()
+
+
+@pytest.mark.parametrize("act", ["exp(z**3)", "exp(exp(z))", "exp(z**4/100)"])
+def test_expectation_of_a_super_gaussian_integrand_never_exists(act, tmp_path, workdir, capsys):
+    """Integrands that outgrow every Gaussian (c = ∞): no variance holds them; exit 3 at once, naming the term
+    (before, exp(z**3) printed a number with only a warning that the quadrature 'reached ~1.9e+09')."""
+    t0 = time.perf_counter()
+    code, out, err = _run(["potential", _write_spec(tmp_path, activation(act)), "--quiet"], capsys)
+    _assert_one_line(code, err, 3)
+    assert "faster than any Gaussian" in err and out == ""
+    assert time.perf_counter() - t0 < 10
+
+
+@pytest.mark.parametrize("tokens", [4, 16])
+def test_softmax_beyond_the_quadrature_limit_is_refused_up_front(tokens, tmp_path, workdir, capsys):
+    """A softmax of L tokens has cross terms of 2(L − 1) directions; the quadrature needs ≥ 17 nodes per
+    direction within 2e6 nodes, so at most 5 (L ≤ 3). L = 4 ran 7 s and then failed as 'probably singular';
+    L = 16 ran for minutes without a word. Both are now refused, exit 2, naming model.tokens with the
+    estimate, before the symbolic work on the terms."""
+    text = edit('activation = "h2"', 'activation = "softmax"').replace("tokens = 1", f"tokens = {tokens}")
+    t0 = time.perf_counter()
+    code, out, err = _run(["potential", _write_spec(tmp_path, text), "--quiet"], capsys)
+    _assert_one_line(code, err, 2)
+    assert f"model.tokens = {tokens}" in err and "refused before any work" in err
+    assert time.perf_counter() - t0 < 10
+
+
 # -- activations with jumps (docs/theory.md §2, "Jumps and kinks"): Φ and its gradient by Stein's lemma; the
 #    dynamics refused. One token, centred G: E½(f(G_s) − f(G_t))² in closed form through the orthant law
 JUMPS = {

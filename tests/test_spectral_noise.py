@@ -117,22 +117,27 @@ def test_generator_matches_noisy_hierarchy(kind, teacher, act, sigma, N, width):
     r_eps, r_0 = mod.rhs(0.0, mu, R.params(system, eps)), mod.rhs(0.0, mu, R.params(system, 0.0))
     cols = columns(spec)
 
-    flow = _Flow(spec, mats, N, system.potential)
+    flow = _Flow(spec, mats, N, system.potential)             # a batch of one realisation
     noise = _Noise(flow, nu_expectations(system.potential), eps, np.random.default_rng(7))
+
+    def first(batch):                                         # realisation 0 of batched matrices
+        return [m.take(0) for m in batch]
+
     # deterministic part: exact d/dt of the traces along the solver's flow (central difference of
     # the polynomial traces along the velocity; its O(δ²) error is < 1e-10 here)
     y0, F = flow.pack(), flow.rhs(0.0, flow.pack())
     delta = 1e-5
-    up, dn = measure(flow.unpack(y0 + delta * F), cols, N), measure(flow.unpack(y0 - delta * F), cols, N)
+    up, dn = (measure(first(flow.unpack(y0 + delta * F)), cols, N),
+              measure(first(flow.unpack(y0 - delta * F)), cols, N))
     det = {c: (up[c] - dn[c]) / (2 * delta) for c in cols}
     # noise part: even part of the solver's noise map under ±dΞ (the odd part has mean zero)
-    Vs, Va = noise.nu_matrices(flow.theta(mats, 0.0)[0])
+    Vs, Va = noise.nu_matrices(flow.theta(flow.mats, 0.0)[0])
     Cs, Ca = noise.factor(Vs), noise.factor(Va)
     m0 = measure(mats, cols, N)
     samples = {c: [] for c in cols}
     for _ in range(pairs):
         dXi = noise.increments(Cs, Ca, h, N)
-        ev = [measure(noise.apply(mats, [sgn * x for x in dXi]), cols, N) for sgn in (1.0, -1.0)]
+        ev = [measure(first(noise.apply(flow.mats, [sgn * x for x in dXi])), cols, N) for sgn in (1.0, -1.0)]
         for c in cols:
             samples[c].append(((ev[0][c] + ev[1][c]) / 2 - m0[c]) / h)
     resolved = []

@@ -31,7 +31,10 @@ class CompiledExpectation:
         return getattr(self._base, name)
 
     def value(self, values) -> float:
-        return float(self._fn(self._base.theta(values), self._law))
+        th = self._base.theta(values)
+        if self._base.quad_terms:
+            self._base.check_existence(th)
+        return float(self._fn(th, self._law))
 
 
 class CompiledPotential:
@@ -51,7 +54,10 @@ class CompiledPotential:
 
     def value_and_gradient(self, values):
         """(Φ(θ), ∂Φ/∂θ) in ``names`` order, as ``Potential.value_and_gradient``."""
-        val, grad = self._phi_and_grad(self._base.theta(values), self._law)
+        th = self._base.theta(values)
+        if self._base.quad_terms:
+            self._base.check_existence(th)
+        val, grad = self._phi_and_grad(th, self._law)
         return float(val), np.array(grad, dtype=float)
 
     def value(self, values) -> float:

@@ -20,10 +20,21 @@ from functools import cached_property
 import numpy as np
 import sympy as sp
 
+from ..errors import SpecError
 from ..spec import Spec, load_spec
 from ..symbolic.gaussian import BETA, LABEL_NOISE, GaussianG, OrderParameters, integrate_label_noise
 from ..symbolic.loss import beta_of, build_loss
-from ..symbolic.quadrature import MAX_NODES, QuadTerm, SeparableTerm, adaptive_orders, half_width_for
+from ..symbolic.quadrature import (
+    COARSEST,
+    MAX_NODES,
+    QuadTerm,
+    SeparableTerm,
+    adaptive_orders,
+    canonical_basis,
+    half_width_for,
+    invariant_projection,
+    max_dimension,
+)
 from ..transient import PicklesWithoutCaches
 
 DIVERGED = 1e-2     # a quadrature still changing by this much (relative) at its node cap has no limit
@@ -84,7 +95,7 @@ class GaussianExpectation(PicklesWithoutCaches):
     the entries they depend on and integrated by quadrature (tolerance ``tol``).
     """
 
-    TRANSIENT = ("_closed", "_mean_hessians", "_scaled", "_beta", "_split")    # lambdified / scaled copies: rebuilt after unpickling
+    TRANSIENT = ("_closed", "_mean_hessians", "_scaled", "_beta", "_split", "_limits")    # lambdified / scaled copies: rebuilt after unpickling
 
     def __init__(self, spec, terms, tol: float = 1e-8, gauss: GaussianG | None = None, gradient: bool = True,
                  relative: bool = False, start_order: int = 17, max_nodes: int = MAX_NODES):
@@ -110,10 +121,33 @@ class GaussianExpectation(PicklesWithoutCaches):
                     groups[key] = groups.get(key, 0) + g
         self.closed_form = sp.expand(sum((self.gauss.expect_polynomial(t) for t in poly), sp.Integer(0)))
         # the β = 1 integrands with the β-free Gaussian data; ``quad_terms`` are them at the spec's β
-        self.base_terms = [self._quad_term(expr, list(vs), k, p) for (vs, k, p), expr in groups.items()]
+        bases = {key: self._within_limits(expr, list(key[0])) for key, expr in groups.items()}
+        self.base_terms = [self._quad_term(expr, list(vs), k, p, P=bases[vs, k, p])
+                           for (vs, k, p), expr in groups.items()]
         self._orders = {}                    # β -> (the calibrated orders, one per term, and their error)
 
-    def _quad_term(self, expr, variables, noise_power: int = 0, beta_power: int = 0):
+    def _within_limits(self, expr, variables):
+        """The term's projection onto the directions it depends on (None: computed by ``QuadTerm``), after
+        checking, before any symbolic work on the term, that its quadrature fits: at most
+        ``max_dimension`` directions; beyond, SpecError (exit 2) with the estimate (docs/theory.md §2,
+        "Limits")."""
+        limit = max_dimension(self.start_order, self.max_nodes, self.tol)
+        if len(variables) <= limit:
+            return None
+        P = canonical_basis(invariant_projection(expr, variables))
+        r = P.shape[0]
+        if r > limit:
+            spec = self.spec
+            key = "model.loss" if spec.loss is not None else f"model.tokens = {spec.tokens} (activation {spec.activation})"
+            n = self.start_order if self.tol < 1e-4 else COARSEST
+            raise SpecError(f"{key}: a term of the loss depends on {r} directions of the pre-activations G "
+                            f"({len(variables)} entries); its Gaussian quadrature needs at least {n} nodes per "
+                            f"direction, {n}^{r} = {float(n) ** r:.1e} nodes, beyond the limit of {self.max_nodes:.0e} "
+                            f"(at most {limit} directions; a softmax of L tokens needs 2(L − 1)): refused "
+                            f"before any work (docs/theory.md §2, Limits)")
+        return P
+
+    def _quad_term(self, expr, variables, noise_power: int = 0, beta_power: int = 0, P=None):
         """QuadTerm with μ, Σ of its variables written as affine functions of θ; its value enters
         multiplied by s^(2·noise_power) (the label-noise variance, ``label_noise``) and β^beta_power."""
         p, n = len(self.symbols), len(variables)
@@ -134,7 +168,7 @@ class GaussianExpectation(PicklesWithoutCaches):
         # separable cross terms through two grids and a kernel (Φ and its gradient only: the generated
         # modules evaluate the tensor rule, so value-only expectations such as ν keep it, bit for bit)
         cls = SeparableTerm if self.gradient and SeparableTerm.usable(expr, variables) else QuadTerm
-        return cls(expr, variables, mu0, mut, cov0, covt, gradient=self.gradient,
+        return cls(expr, variables, mu0, mut, cov0, covt, P=P, gradient=self.gradient,
                    half_width=half_width_for(self.tol), max_nodes=self.max_nodes, noise_power=noise_power,
                    beta_power=beta_power)
 
@@ -223,6 +257,7 @@ class GaussianExpectation(PicklesWithoutCaches):
         """Choose each quadrature term's order at θ so that Φ and ∇Φ change by < tol between orders
         (``self.order``: the orders, one per term in ``quad_terms`` order)."""
         if self.quad_terms:
+            self.check_existence(self.theta(values))
             from ..progress import note
             note(f"calibrating the Gaussian quadrature of {len(self.quad_terms)} non-polynomial term(s) "
                  f"to {tol or self.tol:.0e}")
@@ -239,6 +274,41 @@ class GaussianExpectation(PicklesWithoutCaches):
                 warnings.warn(f"quadrature reached only ~{self.error:.1e} (asked {tol or self.tol:.0e}) at "
                               f"{max(self.order)} nodes per dimension: the node cap was hit", RuntimeWarning, stacklevel=2)
         return self.order, self.error
+
+    @property
+    def _growth_limits(self) -> list:
+        """(term, positions, variance bounds) of the quadrature terms at β whose expectation exists only
+        below a variance of some variable (``symbolic.growth``); [] for most losses."""
+        cache = self.__dict__.setdefault("_limits", {})
+        b = self.beta
+        if b not in cache:
+            out = []
+            for t in self.quad_terms:
+                bounds = np.array(t.variance_bounds)
+                at = np.flatnonzero(np.isfinite(bounds))
+                if at.size:
+                    out.append((t, at, bounds[at]))
+            cache[b] = out
+        return cache[b]
+
+    def check_existence(self, theta) -> None:
+        """Raise ExpectationUndefined naming the first quadrature term whose Gaussian expectation does not
+        exist at θ: along a variable y it grows like exp(c y²) and Var y ≥ 1/(2c) (every Var y > 0 when it
+        grows faster than any Gaussian). A few multiply-adds per term with such growth; nothing otherwise."""
+        for t, at, bound in self._growth_limits:
+            var = t.cov0[at, at] + theta @ t.cov_theta[:, at, at]
+            bad = np.flatnonzero(np.where(bound > 0, var >= bound, var > 0))
+            if bad.size:
+                from ..errors import ExpectationUndefined
+                i = int(bad[0])
+                name = t.variables[at[i]]
+                if bound[i] == 0:
+                    why = f"it grows faster than any Gaussian decays along {name} (c = ∞), so no variance > 0 holds it"
+                else:
+                    why = (f"it grows like exp({0.5 / bound[i]:.4g}·{name}²) along {name}, and Var {name} = "
+                           f"{var[i]:.4g} ≥ 1/(2c) = {bound[i]:.4g}")
+                raise ExpectationUndefined(f"the Gaussian expectation of the term {sp.sstr(t.expr)} does not exist "
+                                           f"at these order parameters: {why}")
 
     def _check_tails(self, theta):
         """Raise NumericalFailure naming the first quadrature term whose expectation the rule's window
@@ -285,6 +355,7 @@ class GaussianExpectation(PicklesWithoutCaches):
         if self.quad_terms:
             if self.order is None:
                 self.calibrate(th)
+            self.check_existence(th)
             for t, o in zip(self.quad_terms, self.order):
                 v, gr = t.evaluate(th, o)
                 val += self.weight(t, s2) * v
@@ -309,6 +380,7 @@ class GaussianExpectation(PicklesWithoutCaches):
         if self.quad_terms:
             if self.order is None:
                 self.calibrate(th)
+            self.check_existence(th)
             for t, o in zip(self.quad_terms, self.order):
                 H += self.weight(t, s2) * t.mean_hessian(th, o, pos)
         return H

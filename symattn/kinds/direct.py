@@ -39,8 +39,9 @@ class Direct(Dense):
         """dS_k/dτ = −2 Σ_l Γ_kl S_l − γ S_k."""
         acc = -ctx.wd * ctx.mats[k].value
         for l in range(ctx.K):
-            if ctx.gamma[k, l] != 0.0:
-                ctx.add_sym(acc, l, -2.0 * ctx.gamma[k, l])
+            g = ctx.gamma[..., k, l]
+            if np.any(g != 0.0):
+                ctx.add_sym(acc, l, -2.0 * g)
         return (acc,)
 
     def _project(self, A):

@@ -39,8 +39,8 @@ class General(Dense):
         """dS_k/dτ = −2 Σ_l (GΩ_kl S_l + GΨ_kl S_lᵀ) − γ S_k."""
         acc = -ctx.wd * ctx.mats[k].value
         for l in range(ctx.K):
-            ctx.mats[l].add_to(acc, -2.0 * ctx.omega[k, l])
-            ctx.mats[l].add_to(acc, -2.0 * ctx.psi[k, l], transpose=True)
+            ctx.mats[l].add_to(acc, -2.0 * ctx.omega[..., k, l])
+            ctx.mats[l].add_to(acc, -2.0 * ctx.psi[..., k, l], transpose=True)
         return (acc,)
 
     def letters(self, k):

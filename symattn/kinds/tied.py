@@ -42,15 +42,16 @@ class Tied(Kind):
 
     def matrix_velocity(self, k, ctx):
         """dW_k/dτ = −4 (Σ_l Γ_kl S_l) W_k − γ W_k, so that d(WWᵀ)/dτ is the S flow below; in the
-        dense form S itself, dS_k/dτ = −4 Σ_l Γ_kl (S_l S_k + S_k S_l) − 2γ S_k."""
+        dense form S itself, dS_k/dτ = −4 Σ_l Γ_kl (S_l S_k + S_k S_l) − 2γ S_k (a batch of realisations:
+        Γ one per realisation, ``symattn.matrix``)."""
         Mk = ctx.mats[k]
         dense = Mk.kind == "dense"
         acc = None
         for l in range(ctx.K):
-            c = -4.0 * ctx.gamma[k, l]
-            if c != 0.0:
+            c = -4.0 * ctx.gamma[..., k, l]
+            if np.any(c != 0.0):
                 t = ctx.sym_anticommutator(l, k) if dense else ctx.sym_apply(l, Mk.value, k)   # new arrays
-                t *= c
+                t *= c[..., None, None]
                 acc = t if acc is None else acc.__iadd__(t)
         if acc is None:
             acc = np.zeros_like(Mk.value)
@@ -69,7 +70,7 @@ class Tied(Kind):
         if M.kind == "dense":
             A = M.value - 2.0 * (X @ M.value)
             A = A - 2.0 * (A @ X)
-            return Mat("dense", 0.5 * (A + A.T))          # symmetric again (Mat.with_parts does not symmetrise)
+            return Mat("dense", 0.5 * (A + transpose(A)))   # symmetric again (Mat.with_parts does not symmetrise)
         return Mat("factor", M.value - 2.0 * (X @ M.value))
 
     # SGD: ∇_W = Σ_b X_bᵀ (e_b + e_bᵀ) X_b W /(B√d) − 2 mean_b tr(e_b C) W/√d

@@ -51,23 +51,24 @@ class Untied(Kind):
         """(U, V) ← (U − dΞ V, V − dΞᵀ U)."""
         from ..matrix import Mat
         U, V = M.value
-        return Mat("pair", (U - X @ V, V - X.T @ U))
+        return Mat("pair", (U - X @ V, V - transpose(X) @ U))
 
     def matrix_velocity(self, k, ctx):
         """U̇ = −β V − 2 X V − γU, V̇ = −β U − 2 Xᵀ U − γV, X = Σ_l (GΩ_kl M_l + GΨ_kl M_lᵀ), with the
         slaved-mean force β = −ψ/(tᴬ + tᴮ), ψ = 2(tr X B + tr A X), which keeps tr M fixed (§6)."""
+        from ..matrix import inner
         U, V = ctx.mats[k].value
         XV, XtU = np.zeros_like(V), np.zeros_like(U)
         for l in range(ctx.K):
-            o, p = ctx.omega[k, l], ctx.psi[k, l]
-            if o == 0.0 and p == 0.0:
+            o, p = ctx.omega[..., k, l], ctx.psi[..., k, l]
+            if not (np.any(o != 0.0) or np.any(p != 0.0)):
                 continue
-            Ml = ctx.mats[l]
+            Ml, o, p = ctx.mats[l], o[..., None, None], p[..., None, None]
             XV += o * Ml.apply(V) + p * Ml.apply_t(V)
             XtU += o * Ml.apply_t(U) + p * Ml.apply(U)
-        N = U.shape[0]
-        psi = 2.0 * (np.vdot(XV, V) + np.vdot(XtU, U)) / N
-        beta = -psi / ((np.vdot(U, U) + np.vdot(V, V)) / N)
+        N = U.shape[-2]
+        psi = 2.0 * (inner(XV, V) + inner(XtU, U)) / N
+        beta = (-psi / ((inner(U, U) + inner(V, V)) / N))[..., None, None]
         return (-beta * V - 2.0 * XV - ctx.wd * U, -beta * U - 2.0 * XtU - ctx.wd * V)
 
     # SGD: ∇_U = Σ_b X_bᵀ e_b X_b V /(B√d),  ∇_V = Σ_b X_bᵀ e_bᵀ X_b U /(B√d)

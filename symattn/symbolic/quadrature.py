@@ -45,6 +45,18 @@ from .quadrature_rule import (
 )
 
 MAX_NODES = 2_000_000
+COARSEST = 4     # nodes per dimension of the coarsest rule worth calibrating (Gauss–Hermite, exact to degree 7)
+
+
+def max_dimension(start: int, max_nodes: int, tol: float) -> int:
+    """The most directions a term may have: at least ``start`` nodes per direction (the calibration's first
+    order) for a tight tolerance (< 1e-4: Φ and ∇Φ start at 17, so 17⁵ = 1.4e6 ≤ 2e6 < 17⁶, five), at least
+    COARSEST for a coarse one (the SGD-noise constants ν to 2e-2 within 2e5 nodes: eight, as two heads of softmax L = 2 need)."""
+    least = start if tol < 1e-4 else COARSEST
+    r = 1
+    while least ** (r + 1) <= max_nodes:
+        r += 1
+    return r
 
 
 def half_width_for(tol: float) -> float:
@@ -190,6 +202,15 @@ class QuadTerm(PicklesWithoutCaches):
     @property
     def dim(self) -> int:
         return self.P.shape[0]
+
+    @property
+    def variance_bounds(self) -> tuple:
+        """Per variable, the variance below which E f exists (``symbolic.growth``; computed once)."""
+        got = self.__dict__.get("_variance_bounds")
+        if got is None:
+            from .growth import variance_bounds
+            got = self._variance_bounds = variance_bounds(self.expr, tuple(self.variables))
+        return got
 
     @property
     def cap(self) -> int:
