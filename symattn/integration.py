@@ -87,7 +87,7 @@ def solve(system, y0, time: float, points: int, epsilon: float = 0.0, rtol=None,
     rtol = rtol or (1e-7 if quad else 1e-9)
     atol = atol or (1e-9 if quad else 1e-12)
     from .codegen.systems import compiled
-    from .reference import law
+    from .reference import PARAM_EPSILON, PARAM_GAMMA, law
     from .reference import params as run_params
     mod = compiled(system)
     refresh = bool(epsilon) and hasattr(mod, "noise_values")
@@ -115,9 +115,16 @@ def solve(system, y0, time: float, points: int, epsilon: float = 0.0, rtol=None,
     from .progress import Progress, notes_enabled
     bar = Progress(1000, f"integrate M={system.truncation}", enabled=notes_enabled(), unit="‰")
 
+    sched, gamma0 = system.spec.schedule, system.spec.weight_decay
+
     def rhs(t, y, p):
         bar.update(int(1000 * t / time) if time > 0 else 0)
-        return mod.rhs(t, y, current(y))
+        if sched.constant:
+            return mod.rhs(t, y, current(y))
+        s = float(sched(t))                 # docs/theory.md §3, "Schedules": s·[F(γ₀ s_γ) + (ε₀ s) N]
+        q = current(y).copy()
+        q[PARAM_GAMMA], q[PARAM_EPSILON] = gamma0 * float(sched.gamma_factor(t)), epsilon * s
+        return s * mod.rhs(t, y, q)
 
     try:
         from scipy.integrate import solve_ivp

@@ -28,6 +28,9 @@ def law(system) -> np.ndarray:
     return np.array([P.label_noise, P.beta])
 
 
+PARAM_GAMMA, PARAM_EPSILON = 0, 1        # their positions in ``params`` (a schedule rescales them in time)
+
+
 def params(system, epsilon: float = 0.0, y=None, values=None) -> np.ndarray:
     """Run-time parameters [γ, ε, s², β, ν_quadrature(θ(y))...] of the right-hand side, s² the label-noise
     variance and β the softmax inverse temperature (``law``); the non-polynomial ν (``quadrature_nu_names``

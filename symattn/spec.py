@@ -19,6 +19,7 @@ import sympy as sp
 
 from .errors import SpecError
 from .kinds import KINDS
+from .schedule import CONSTANT, Schedule, parse_schedule
 from .symbolic.parse import ExpressionError, parse_expression
 
 ACTIVATIONS = ("linear", "h1", "h2", "h3", "softmax", "relu", "tanh")
@@ -29,7 +30,7 @@ READOUTS = ("sum", "mean")
 _TOP_KEYS = {"name", "model", "indices", "training", "theory"}
 _MODEL_KEYS = {"tokens", "token_covariance", "activation", "beta", "readout", "label_noise", "loss"}
 _INDEX_KEYS = {"name", "role", "parameterization", "width", "init_scale", "scale"}
-_TRAINING_KEYS = {"batch_size", "noise_ratio", "learning_rate", "weight_decay"}
+_TRAINING_KEYS = {"batch_size", "noise_ratio", "learning_rate", "weight_decay", "schedule"}
 _THEORY_KEYS = {"truncation"}
 
 # sizes beyond which the derivation or the simulation cannot run on one machine: refused up front
@@ -104,6 +105,7 @@ class Spec:
     learning_rate: float | None
     weight_decay: float
     truncation: int
+    schedule: Schedule = CONSTANT          # a factor s(t) on the step (and ε), optionally on γ (symattn.schedule)
     source: str = field(default="<dict>", compare=False)
     raw: dict = field(default=None, repr=False, compare=False)
 
@@ -490,6 +492,7 @@ def load_spec(source, settings=None) -> Spec:
     else:
         eps = _number(src, "training.noise_ratio", training.get("noise_ratio", 0.01), low=0.0, high=MAX_SCALE)
     gamma = _number(src, "training.weight_decay", training.get("weight_decay", 0.0), low=0.0, high=MAX_SCALE)
+    schedule = parse_schedule(src, training["schedule"]) if "schedule" in training else CONSTANT
     theory = _table(src, "theory", raw.get("theory", {}), _THEORY_KEYS)
     M = _number(src, "theory.truncation", theory.get("truncation", 4), low=2, integer=True)
     if M > MAX_TRUNCATION:
@@ -497,4 +500,5 @@ def load_spec(source, settings=None) -> Spec:
     return Spec(name=name, tokens=L, covariance=tuple(tuple(float(x) for x in row) for row in C),
                 activation=activation, beta=beta, readout=readout,
                 label_noise=noise, loss=loss, indices=tuple(indices), batch_size=B, noise_ratio=eps,
-                learning_rate=lr, weight_decay=gamma, truncation=M, source=src, raw=copy.deepcopy(raw))
+                learning_rate=lr, weight_decay=gamma, truncation=M, schedule=schedule, source=src,
+                raw=copy.deepcopy(raw))

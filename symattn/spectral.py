@@ -360,9 +360,12 @@ class _Flow:
             return np.full_like(y, np.nan)
         if self.mean_pos:
             self.m_warm = th[:, self.mean_pos]
-        ctx = _Context(mats, G, grams, self.gamma_wd, self.K)
+        sched = self.spec.schedule
+        wd = self.gamma_wd if sched.constant else self.gamma_wd * float(sched.gamma_factor(t))
+        ctx = _Context(mats, G, grams, wd, self.K)
         parts = [v.ravel() for k in self.train for v in self.spec.indices[k].kind.matrix_velocity(k, ctx)]
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+        out = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        return out if sched.constant else float(sched(t)) * out      # docs/theory.md §3, "Schedules"
 
     def check(self, y, t):
         """Raise NumericalFailure(t) on an accepted state that diverged or lost its slaved means."""
@@ -659,16 +662,21 @@ def _integrate_noisy(spec, P, nu, N, seeds, times, epsilon, rngs, dt_max, spectr
         """Relative speed of the trained parameters (an array of degree p in them changes p times as fast)."""
         return float(np.linalg.norm(k1 * per_degree)) / max(float(np.linalg.norm(y)), 1e-300)
 
-    def kick(y, length, t_now):
-        """(state after the noise map of ``length`` time units, the noise step cap at the old state);
-        ``length`` 0: the cap only."""
+    sched = spec.schedule
+
+    def kick(y, length, t_now, start=None):
+        """(state after the noise map of the ``length`` time units from ``start`` (the noise clock), the
+        noise step cap at the old state); ``length`` 0: the cap only. With a schedule the noise of the
+        interval is ε₀ ∫ s² (docs/theory.md §3, "Schedules")."""
         th, _ = flow.theta(flow.unpack(y), t_now)                 # raises beyond _BLOWUP
         Vs, Va = noise.nu_matrices(th)
         nu_max = max(float(np.max(np.abs(np.linalg.eigvalsh(Vs + Va)))), 1e-300)     # over the realisations
         if length > 0:
-            flow.mats = noise.apply(flow.unpack(y), noise.increments(noise.factor(Vs), noise.factor(Va), length, N))
+            dt = length if sched.constant else length * sched.mean_square(start, start + length)
+            flow.mats = noise.apply(flow.unpack(y), noise.increments(noise.factor(Vs), noise.factor(Va), dt, N))
             y = flow.pack()
-        return y, NOISE_STEP / (noise.eps * nu_max)
+        rate = 1.0 if sched.constant else max(float(sched(t_now)) ** 2, 1e-300)
+        return y, NOISE_STEP / (noise.eps * nu_max * rate)
 
     record(y, t)
     stages = np.empty((len(NOISE_TABLEAU.B), y.size))
@@ -716,7 +724,7 @@ def _integrate_noisy(spec, P, nu, N, seeds, times, epsilon, rngs, dt_max, spectr
         if to_out <= h and (land or h <= 2.0 * to_out):          # land on the output it reaches, unless that
             h = to_out                                           # would more than halve the step
         if t + 0.5 * h > s:                                    # noise up to the step's midpoint
-            y, noise_cap = kick(y, t + 0.5 * h - s, t)
+            y, noise_cap = kick(y, t + 0.5 * h - s, t, s)
             s = t + 0.5 * h
         k1 = flow.rhs(t, y)
         while True:
@@ -733,7 +741,7 @@ def _integrate_noisy(spec, P, nu, N, seeds, times, epsilon, rngs, dt_max, spectr
             t = T
         if t == T or t >= next_out - tiny or h > to_out:          # a knot: complete the state, record it
             if s < t:                                          # the step's second half noise
-                y, noise_cap = kick(y, t - s, t)
+                y, noise_cap = kick(y, t - s, t, s)
                 s = t
             flow.mats = flow.unpack(y)
             record(y, t)

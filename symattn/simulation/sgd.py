@@ -36,6 +36,17 @@ def factor_layout(kinds, trainable, state) -> tuple:
     return cols, pos, n_train
 
 
+def scheduled(model, a: float, d: int) -> tuple:
+    """(α_n, γ_n) of the model's next step n: α s(t_n) and γ (× s(t_n) when the schedule is on γ too),
+    t_n = nα/d the nominal time (symattn.schedule); counts the step."""
+    gamma, sched = model.gamma, model.schedule
+    if not sched.constant:
+        t = model.n * a / d
+        a, gamma = a * float(sched(t)), gamma * float(sched.gamma_factor(t))
+    model.n += 1
+    return a, gamma
+
+
 class Model:
     """The SGD dynamics of one spec at dimension d; holds the current factors (``set_state``)."""
 
@@ -49,6 +60,7 @@ class Model:
         self.loss_grad = loss_grad or build_loss(spec).compile_gradient()
         self.alpha = spec.step_size(self.d)
         self.gamma = spec.weight_decay
+        self.schedule, self.n = spec.schedule, 0          # step n uses α s(nα/d) (symattn.schedule)
         self.B = spec.batch_size
         self.kinds = [ix.kind for ix in spec.indices]
         self.trainable = [ix.trainable for ix in spec.indices]
@@ -151,11 +163,13 @@ class Model:
         return out
 
     def step(self, X, xi=None) -> float:
-        """One SGD step on the batch (in place): θ ← (1 − αγ/d)θ − α∇θ. Returns the batch-mean loss."""
+        """One SGD step on the batch (in place): θ ← (1 − αγ/d)θ − α∇θ, α and γ scaled by the schedule at
+        t = nα/d (``scheduled``). Returns the batch-mean loss."""
         g, c, loss = self._grad(X, xi)
         a, d = self.alpha, self.d
+        a, gamma = scheduled(self, a, d)
         sq = np.sqrt(d)
-        decay = 1.0 - a * self.gamma / d
+        decay = 1.0 - a * gamma / d
         for k, kind in enumerate(self.kinds):
             if not self.trainable[k]:
                 continue

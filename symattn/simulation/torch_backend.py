@@ -28,7 +28,7 @@ from ..errors import NumericalFailure, UsageError
 from ..symbolic.loss import build_loss
 from .init import draw_initial, psd_sqrt
 from .measure import order_parameter_arrays
-from .sgd import factor_layout
+from .sgd import factor_layout, scheduled
 
 
 def import_torch():
@@ -60,6 +60,7 @@ class TorchModel:
         self.R = torch.as_tensor(psd_sqrt(C), dtype=self.dtype, device=self.device)
         self.loss_grad = loss_grad or build_loss(spec).compile_gradient(backend="torch")
         self.alpha, self.gamma = spec.step_size(self.d), spec.weight_decay
+        self.schedule, self.n = spec.schedule, 0          # step n uses α s(nα/d) (symattn.schedule)
         self.kinds = [ix.kind for ix in spec.indices]
         self.trainable = [ix.trainable for ix in spec.indices]
         self.noise = spec.label_noise if spec.loss is None else 0.0
@@ -163,8 +164,9 @@ class TorchModel:
         """One SGD step of every seed (in place). Returns the batch-mean loss per seed (S,)."""
         g, c, loss = self._grad(X, xi)
         a, d = self.alpha, self.d
+        a, gamma = scheduled(self, a, d)
         sq = math.sqrt(d)
-        decay = 1.0 - a * self.gamma / d
+        decay = 1.0 - a * gamma / d
         for k, kind in enumerate(self.kinds):
             if not self.trainable[k]:
                 continue
