@@ -110,6 +110,13 @@ def cmd_potential(args):
     unknown = sorted(set(at) - set(P.names))
     if unknown:
         raise UsageError(f"--at {unknown[0]}: unknown order parameter; known: {', '.join(P.names)}")
+    if args.dim is not None:
+        _whole("--dim", args.dim, 2)
+        _whole("--seed", args.seed, 0)
+        if at:
+            raise UsageError("--at: not with --dim (the exact finite-d loss depends on more than the order "
+                             "parameters; it is evaluated at simulate's initial matrices of --seed)")
+        return _finite_d_potential(spec, args)
     values = {**initial_order_parameters(spec), **at}
     values = {n: values[n] for n in P.names}
     order, err = P.calibrate(values)
@@ -133,6 +140,38 @@ def cmd_potential(args):
     print(f"Φ = {val:.12g}")
     for k, v in grad.items():
         print(f"Γ[{k}] = {v:.12g}")
+
+
+def _finite_d_potential(spec, args):
+    """``potential --dim D``: Φ_d exactly (derivation.finite_d) and, at simulate's initial matrices of --seed,
+    its value against the limit Φ at the same order parameters."""
+    from .derivation.finite_d import FiniteDPotential, dense_matrices
+    from .derivation.potential import Potential
+    from .initial import draw_initial
+    from .simulation.measure import order_parameters
+    F = FiniteDPotential(spec)
+    states = draw_initial(spec, args.dim, args.seed)
+    mats = dense_matrices(spec, states)
+    exact = F.value(mats)
+    P = Potential(spec, tol=args.tol)
+    row = order_parameters(spec, states, args.dim)
+    limit = P.value({n: row[n] for n in P.names})
+    if args.json:
+        print(json.dumps({"dim": args.dim, "seed": args.seed, "expression": str(F.expression()),
+                          "value": exact, "limit_value": limit, "at": {n: row[n] for n in P.names},
+                          "traces": {F.word_name(w): v for w, v in F.traces(mats).items()}}, indent=2,
+                         allow_nan=False))
+        return
+    expr = F.expression()
+    print(f"Φ_d (exact at finite d, {len(F.words)} normalised traces tr(w) = Tr(w)/d) = "
+          f"{sp_latex(expr) if args.latex else expr}")
+    print(f"at simulate's initial matrices, d = {args.dim}, seed {args.seed}: Φ_d = {exact:.12g}; "
+          f"the limit Φ at the same order parameters = {limit:.12g} (difference {exact - limit:.3g})")
+
+
+def sp_latex(expr) -> str:
+    import sympy as sp
+    return sp.latex(expr)
 
 
 def _residual_potential(args):
@@ -178,6 +217,24 @@ def _theory_checks(args):
         check_output_file(args.out, "--out")
 
 
+def _finite_d_theory(spec, args):
+    """``theory --dim D --exact-finite-d``: the expected-gradient flow at d = D (derivation.finite_d) from
+    simulate's initial matrices of --seed."""
+    from .derivation.finite_d import solve_finite_d
+    if args.dim is None:
+        raise UsageError("--exact-finite-d: needs --dim D (the dimension of the exact flow)")
+    others = [o for o, v in (("--fast", args.fast), ("--quick", args.quick), ("--truncation", args.truncation),
+                             ("--size", args.size), ("--log-time", args.log_time)) if v]
+    if others or args.method != "auto":
+        raise UsageError(f"{(others or ['--method'])[0]}: not with --exact-finite-d (the exact flow on the d×d "
+                         f"matrices of --seed has no method, size or truncation)")
+    if args.noise == "on" and spec.epsilon(args.dim) > 0:
+        from .progress import note
+        note("--exact-finite-d: the expected-gradient flow (SGD's mean step at this d, without its O(ε) "
+             "fluctuations)")
+    _write_table(solve_finite_d(spec, args.dim, time=args.time, points=args.points, seed=args.seed), args.out)
+
+
 def cmd_theory(args):
     import warnings
 
@@ -199,6 +256,8 @@ def cmd_theory(args):
         return
     spec = _load(args, dynamics=True)
     _theory_checks(args)
+    if args.exact_finite_d:
+        return _finite_d_theory(spec, args)
     if args.fast and args.quick:
         raise UsageError("--quick: for the matrix-level theory only, not with --fast")
     if args.fast:
@@ -490,6 +549,10 @@ def build_parser():
     q.add_argument("--json", action="store_true", help="print value and gradient as JSON")
     q.add_argument("--tol", type=float, default=1e-8, help="quadrature tolerance")
     q.add_argument("--latex", action="store_true", help="print Φ as LaTeX")
+    q.add_argument("--dim", type=int, default=None, metavar="D",
+                   help="also the exact population loss at d = D (a loss polynomial in G): its expression in "
+                        "normalised traces with explicit 1/d, and its value at simulate's initial matrices")
+    q.add_argument("--seed", type=int, default=0, help="with --dim: the seed of those matrices")
     q.set_defaults(func=cmd_potential)
 
     q = command("derive", "derive the limit ODE system and write its generated module")
@@ -500,6 +563,9 @@ def build_parser():
 
     q = command("theory", "integrate the limit equations")
     _spec_arg(q)
+    q.add_argument("--exact-finite-d", action="store_true",
+                   help="with --dim D: the exact expected-gradient flow at d = D (a loss polynomial in G) on "
+                        "simulate's initial matrices of --seed, instead of the d → ∞ limit")
     _theory_options(q)
     q.add_argument("--dim", type=int, default=None, help="d for --init sample or a learning_rate spec")
     q.add_argument("--seed", type=int, default=0, help="seed of the sampled matrices (--init sample)")
