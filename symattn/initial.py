@@ -56,7 +56,11 @@ def initial_order_parameters(spec) -> dict:
             continue
         a, b = ks
         second = {"q": "S", "q1": "T", "q2": "S"}[kind]
-        out[name] = float(freeprob.free_moment(((a, "S"), (b, second)), laws(spec)))
+        XY = float(freeprob.free_moment(((a, "S"), (b, second)), laws(spec)))
+        if not spec.features.identity:       # φ(ΣXΣY) = φ(Σ²)φ(X)φ(Y) + φ(XY) − φ(X)φ(Y), Σ free from {X, Y}
+            X, Y = (float(freeprob.free_moment(((k, "S"),), laws(spec))) for k in (a, b))
+            XY += (spec.features.second_moment - 1.0) * X * Y
+        out[name] = XY
     return out
 
 
@@ -76,8 +80,10 @@ def draw_initial(spec: Spec, dim: int, rng) -> list:
     out = []
     seeded = isinstance(rng, (int, np.integer)) and not isinstance(rng, bool)
     seed = int(rng) if seeded else None
+    root = None if spec.features.identity else spec.features.root(dim)
     for k, ix in enumerate(spec.indices):
         if seeded:
             rng = stream(seed, dim, INITIAL, k)
-        out.append(ix.kind.draw(ix, dim, rng))
+        state = ix.kind.draw(ix, dim, rng)
+        out.append(state if root is None else ix.kind.whiten(state, root))     # whitened (symattn.features)
     return out

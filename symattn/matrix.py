@@ -64,6 +64,17 @@ class Mat:
             return Mat("pair", tuple(p[r] for p in self.value))
         return Mat(self.kind, self.value[r])
 
+    def whitened(self, root: np.ndarray) -> Mat:
+        """S̃ = Σ^{½} S Σ^{½} for Σ^{½} = diag(root) (symattn.features): a factor's rows scaled (W̃ = Σ^{½}W,
+        Ũ, Ṽ likewise), a dense S on both sides."""
+        if self.kind == "factor":
+            return Mat("factor", root[:, None] * self.value)
+        if self.kind == "pair":
+            return Mat("pair", tuple(root[:, None] * p for p in self.value))
+        if self.kind in ("dense", "ndense"):
+            return Mat(self.kind, root[:, None] * self.value * root[None, :])
+        raise ValueError(f"a {self.kind!r} matrix has no whitened form")
+
     def dense(self, N: int) -> np.ndarray:
         if self.kind == "scalar":
             return self.value * np.eye(N)

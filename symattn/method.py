@@ -29,8 +29,21 @@ def resolve(spec, method: str = "auto", truncation=None) -> str:
     """'moments' or 'spectral' for a requested ``method`` (module docstring)."""
     if method not in METHODS:
         raise ValueError(f"method {method!r}: must be one of {', '.join(METHODS)}")
+    if not spec.features.identity:
+        if method == "moments" or truncation is not None:
+            raise_no_hierarchy(spec)
+        return "spectral"
     if method != "auto":
         return method
     if truncation is not None or all(spec.indices[k].kind.closes for k in spec.students):
         return "moments"
     return "spectral"
+
+
+def raise_no_hierarchy(spec) -> None:
+    """The moment hierarchy does not carry a feature covariance (its words would need Σ letters: a direct
+    student's flow no longer closes with Σ, docs/theory.md §1): SpecError naming the key."""
+    from .errors import SpecError
+    raise SpecError(f"{spec.source}: model.feature_covariance = {spec.features.describe()}: the moment hierarchy "
+                    f"(--method moments, --truncation, derive) does not carry Σ; the matrix-level theory does "
+                    f"(--method spectral, the default)")

@@ -18,6 +18,7 @@ import numpy as np
 import sympy as sp
 
 from .errors import SpecError
+from .features import IDENTITY, FeatureCovariance, parse_features
 from .kinds import KINDS
 from .schedule import CONSTANT, Schedule, parse_schedule
 from .symbolic.parse import ExpressionError, parse_expression
@@ -28,7 +29,8 @@ ROLES = ("student", "teacher")
 READOUTS = ("sum", "mean")
 
 _TOP_KEYS = {"name", "model", "indices", "training", "theory"}
-_MODEL_KEYS = {"tokens", "token_covariance", "activation", "beta", "readout", "label_noise", "loss"}
+_MODEL_KEYS = {"tokens", "token_covariance", "activation", "beta", "readout", "label_noise", "loss",
+               "feature_covariance"}
 _INDEX_KEYS = {"name", "role", "parameterization", "width", "init_scale", "scale"}
 _TRAINING_KEYS = {"batch_size", "noise_ratio", "learning_rate", "weight_decay", "schedule"}
 _THEORY_KEYS = {"truncation"}
@@ -106,6 +108,7 @@ class Spec:
     weight_decay: float
     truncation: int
     schedule: Schedule = CONSTANT          # a factor s(t) on the step (and ε), optionally on γ (symattn.schedule)
+    features: FeatureCovariance = IDENTITY  # the d×d covariance Σ of every token's features (symattn.features)
     source: str = field(default="<dict>", compare=False)
     raw: dict = field(default=None, repr=False, compare=False)
 
@@ -459,6 +462,8 @@ def load_spec(source, settings=None) -> Spec:
     if readout not in READOUTS:
         _fail(src, "model.readout", f"expected one of {', '.join(READOUTS)}, got {readout!r}")
     noise = _number(src, "model.label_noise", model.get("label_noise", 0.0), low=0.0, high=MAX_SCALE)
+    base = Path(src).parent if not isinstance(source, dict) and Path(src).exists() else None
+    features = parse_features(src, model["feature_covariance"], base) if "feature_covariance" in model else IDENTITY
     if "indices" not in raw:
         _fail(src, "indices", "at least one [[indices]] table is required")
     if not isinstance(raw["indices"], list) or not raw["indices"]:
@@ -470,6 +475,11 @@ def load_spec(source, settings=None) -> Spec:
         indices.append(ix)
     if len(indices) > MAX_INDICES:
         _fail(src, "indices", f"at most {MAX_INDICES} indices are supported, got {len(indices)}")
+    if not features.identity:
+        for ix in indices:
+            if not ix.kind.whitens:
+                _fail(src, f"indices.{ix.name}.parameterization", f"{ix.parameterization} (S = c·I) is not supported "
+                                                                 f"with model.feature_covariance (use a tied or direct teacher)")
     if not any(ix.role == "student" for ix in indices):
         _fail(src, "indices", "at least one index must have role = \"student\"")
     loss = model.get("loss")
@@ -500,5 +510,5 @@ def load_spec(source, settings=None) -> Spec:
     return Spec(name=name, tokens=L, covariance=tuple(tuple(float(x) for x in row) for row in C),
                 activation=activation, beta=beta, readout=readout,
                 label_noise=noise, loss=loss, indices=tuple(indices), batch_size=B, noise_ratio=eps,
-                learning_rate=lr, weight_decay=gamma, truncation=M, schedule=schedule, source=src,
+                learning_rate=lr, weight_decay=gamma, truncation=M, schedule=schedule, features=features, source=src,
                 raw=copy.deepcopy(raw))

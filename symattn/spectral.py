@@ -121,12 +121,16 @@ def initial_realisation(spec, size: int, seed: int = 0, init: str = "free", odd=
     if init != "free":
         raise ValueError(f"init {init!r}: must be 'free' or 'sample'")
     rng = np.random.default_rng(np.random.SeedSequence([int(seed), int(size)]))
+    f = spec.features
     if odd:
         n = int(size) // 2
-        return [_blocks(Mat(*ix.kind.realise(ix, n, rng, False)), Mat(*ix.kind.realise(ix, n, rng, False)), k in odd)
+        mats = [_blocks(Mat(*ix.kind.realise(ix, n, rng, False)), Mat(*ix.kind.realise(ix, n, rng, False)), k in odd)
                 for k, ix in enumerate(spec.indices)]
-    diag_k = next((k for k in spec.teachers if spec.indices[k].kind.factors), None)
-    return [Mat(*ix.kind.realise(ix, size, rng, k == diag_k)) for k, ix in enumerate(spec.indices)]
+        return mats if f.identity else [m.whitened(np.tile(f.root(n), 2)) for m in mats]
+    # Σ (diagonal) is free from every index: then no index may be diagonal in Σ's basis
+    diag_k = next((k for k in spec.teachers if spec.indices[k].kind.factors), None) if f.identity else None
+    mats = [Mat(*ix.kind.realise(ix, size, rng, k == diag_k)) for k, ix in enumerate(spec.indices)]
+    return mats if f.identity else [m.whitened(f.root(size)) for m in mats]
 
 
 ODD_FORMS = ("pair", "ndense")     # the realisations :func:`_blocks` can write off-diagonally
@@ -197,10 +201,16 @@ class _Context:
     ``symattn.matrix``), Φ's gradient matrices GΩ, GΨ, Γ at their order parameters (and slaved means),
     shape (R, K, K), the weight decay γ."""
 
-    def __init__(self, mats, grads, grams, wd, K):
+    def __init__(self, mats, grads, grams, wd, K, metric=None):
         self.mats, self.grams, self.wd, self.K = mats, grams, wd, K
         self.omega, self.psi = grads
         self.gamma = self.omega + self.psi
+        self.metric = metric        # Σ's diagonal on whitened variables (symattn.features), None for Σ = I
+
+    def precondition_dense(self, G):
+        """Σ G Σ (a matrix trained as it is, on whitened variables), G itself for Σ = I."""
+        m = self.metric
+        return G if m is None else m[:, None] * G * m[None, :]
 
     def sym_apply(self, l: int, X, k: int | None = None):
         """S_l X, with S_l → (M_l + M_lᵀ)/2 for a non-symmetric S_l (the Gram W_lᵀW_k reused)."""
@@ -283,6 +293,14 @@ class _Flow:
         self.m_warm = np.zeros((self.R, len(self.mean_pos)))
         self.nevals = 0
         self.blocks = None              # N/2 for a realisation in two independent halves (``_blocks``)
+        self.metric = None              # Σ's diagonal (whitened variables, symattn.features): ``set_metric``
+
+    def set_metric(self, blocks: bool = False) -> None:
+        """Σ at this size from the spec's feature covariance (two copies of the N/2 one for a realisation
+        in halves), None for Σ = I."""
+        f = self.spec.features
+        if not f.identity:
+            self.metric = np.tile(f.eigenvalues(self.N // 2), 2) if blocks else f.eigenvalues(self.N)
 
     # ---------------------------------------------------------------- packing
     def pack(self) -> np.ndarray:
@@ -328,10 +346,11 @@ class _Flow:
         self.m_warm = np.array([[float(np.broadcast_to((initial_means or {}).get(k, 0.0), (self.R,))[r])
                                  for k in self.train if not self.spec.indices[k].centred] for r in range(self.R)])
         th, _ = self.theta(mats, 0.0, slave=False)
-        D = []                                   # fast rates t^A + t^B, per realisation
+        D = []                                   # fast rates t^A + t^B (whitened: tr ΣÃ + tr ΣB̃), per realisation
+        m = 1.0 if self.metric is None else self.metric[:, None]
         for k in self.train:
             if not self.spec.indices[k].centred:
-                D.append(sum(inner(p, p) for p in mats[k].parts()) / self.N)
+                D.append(sum(inner(m * p, p) for p in mats[k].parts()) / self.N)
         D = np.array(D).T
         th = np.array([relax_means(self.P, th[r], self.mean_pos, list(D[r]), fast_time) for r in range(self.R)])
         self.m_warm = th[:, self.mean_pos]
@@ -362,7 +381,7 @@ class _Flow:
             self.m_warm = th[:, self.mean_pos]
         sched = self.spec.schedule
         wd = self.gamma_wd if sched.constant else self.gamma_wd * float(sched.gamma_factor(t))
-        ctx = _Context(mats, G, grams, wd, self.K)
+        ctx = _Context(mats, G, grams, wd, self.K, self.metric)
         parts = [v.ravel() for k in self.train for v in self.spec.indices[k].kind.matrix_velocity(k, ctx)]
         out = parts[0] if len(parts) == 1 else np.concatenate(parts)
         return out if sched.constant else float(sched(t)) * out      # docs/theory.md §3, "Schedules"
@@ -429,6 +448,7 @@ def _start(spec, P, N, seeds, init, odd=()):
              for k, ix in enumerate(spec.indices) if not ix.centred} if init == "sample" else {}
     flow = _Flow(spec, mats, N, P, fixed_means=means)
     flow.blocks = N // 2 if odd else None         # two independent halves: the noise stays block-diagonal
+    flow.set_metric(bool(odd))
     if P.quad_terms and P.order is None:
         P.calibrate(flow.theta(flow.mats, 0.0, slave=False)[0][0])
     flow.relax(flow.mats, initial_means=means)
@@ -567,7 +587,7 @@ class _Noise:
         direct/general S ← S − dΞ, untied (U, V) ← (U − dΞ V, V − dΞᵀ U)."""
         out = list(mats)
         for i, k in enumerate(self.flow.train):
-            out[k] = self.flow.spec.indices[k].kind.noise_map(mats[k], dXi[i])
+            out[k] = self.flow.spec.indices[k].kind.noise_map(mats[k], dXi[i], self.flow.metric)
         return out
 
 

@@ -55,6 +55,7 @@ class Kind:
     fused_update: ClassVar[bool] = True    # SGD update = column rescaling + the packed −α∇ (else ``update``)
     closes: ClassVar[bool] = False         # its hierarchy flow preserves word length (closed at M = 2)
     fast_phase: ClassVar[bool] = False     # has an O(1/√d) mean with a fast phase (docs/theory.md §6)
+    whitens: ClassVar[bool] = True         # has a whitened form S̃ = Σ^{½}SΣ^{½} (symattn.features)
 
     def __repr__(self):
         return f"<kind {self.name}>"
@@ -67,6 +68,11 @@ class Kind:
     def draw(self, ix, dim: int, rng) -> dict:
         """The initial factors at dimension d (docs/theory.md §3), from generator ``rng``."""
         raise NotImplementedError
+
+    def whiten(self, state: dict, root) -> dict:
+        """The state in the whitened variables of a feature covariance Σ = diag(root²) (symattn.features): a
+        factor's rows scaled by Σ^{½} (W̃ = Σ^{½}W); a matrix trained as it is overrides (Σ^{½}SΣ^{½})."""
+        return {name: root[:, None] * state[name] for name in self.factors}
 
     def columns(self, ix, dim: int) -> int:
         """Columns of the packed factor matrix F this index takes at dimension d."""
@@ -88,9 +94,12 @@ class Kind:
         caps a step by the parameters' relative change, that of the array divided by this degree)."""
         return 1
 
-    def noise_map(self, M, X):
+    def noise_map(self, M, X, metric=None):
         """Its size-N matrix ``M`` (``symattn.matrix.Mat``) after the Gaussian-equivalent SGD noise
-        increment X (``spectral._Noise``): additive, S ← S − X, unless the kind says otherwise."""
+        increment X (``spectral._Noise``): additive, S ← S − X (whitened: S̃ ← S̃ − ΣXΣ, ``metric`` = Σ's
+        diagonal, symattn.features), unless the kind says otherwise."""
+        if metric is not None:
+            X = metric[:, None] * X * metric[None, :]
         return M.with_parts([M.value - X])
 
     def matrix_velocity(self, k: int, ctx) -> tuple:

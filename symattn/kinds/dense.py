@@ -17,6 +17,10 @@ class Dense(Kind):
     def _project(self, A):
         return A
 
+    def whiten(self, state, root):
+        """S̃ = Σ^{½}SΣ^{½}."""
+        return {"S": root[:, None] * state["S"] * root[None, :]}
+
     def columns(self, ix, dim):
         return dim
 
@@ -30,12 +34,19 @@ class Dense(Kind):
     def backward(self, ek, P, X, cols, Z):
         Z[..., cols["S"]] = self._project(ek) @ X
 
-    def update(self, S, gs, c, a, decay, sq):
+    def update(self, S, gs, c, a, decay, sq, metric=None):
+        """S ← decay·S − α(proj ∇ − (c/√d) I), preconditioned to Σ(·)Σ on whitened variables (``metric``:
+        Σ's diagonal, symattn.features)."""
         gs = self._project(gs)
         S *= decay
-        S -= a * gs
-        diag = diagonal_view(S)
-        diag += a * c / sq
+        if metric is None:
+            S -= a * gs
+            diag = diagonal_view(S)
+            diag += a * c / sq
+        else:
+            S -= a * (metric[..., :, None] * gs * metric[..., None, :])
+            diag = diagonal_view(S)
+            diag += (a * c / sq) * metric ** 2
 
     def gradient(self, g, c, state, sq):
         gk = self._project(g["S"]).copy()

@@ -37,12 +37,12 @@ class Direct(Dense):
 
     def matrix_velocity(self, k, ctx):
         """dS_k/dτ = −2 Σ_l Γ_kl S_l − γ S_k."""
-        acc = -ctx.wd * ctx.mats[k].value
+        grad = np.zeros_like(ctx.mats[k].value)
         for l in range(ctx.K):
             g = ctx.gamma[..., k, l]
             if np.any(g != 0.0):
-                ctx.add_sym(acc, l, -2.0 * g)
-        return (acc,)
+                ctx.add_sym(grad, l, -2.0 * g)
+        return (ctx.precondition_dense(grad) - ctx.wd * ctx.mats[k].value,)
 
     def _project(self, A):
         return 0.5 * (A + transpose(A))             # S stays symmetric: the gradient is symmetrised

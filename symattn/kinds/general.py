@@ -37,11 +37,11 @@ class General(Dense):
 
     def matrix_velocity(self, k, ctx):
         """dS_k/dτ = −2 Σ_l (GΩ_kl S_l + GΨ_kl S_lᵀ) − γ S_k."""
-        acc = -ctx.wd * ctx.mats[k].value
+        grad = np.zeros_like(ctx.mats[k].value)
         for l in range(ctx.K):
-            ctx.mats[l].add_to(acc, -2.0 * ctx.omega[..., k, l])
-            ctx.mats[l].add_to(acc, -2.0 * ctx.psi[..., k, l], transpose=True)
-        return (acc,)
+            ctx.mats[l].add_to(grad, -2.0 * ctx.omega[..., k, l])
+            ctx.mats[l].add_to(grad, -2.0 * ctx.psi[..., k, l], transpose=True)
+        return (ctx.precondition_dense(grad) - ctx.wd * ctx.mats[k].value,)
 
     def letters(self, k):
         return ((k, "S"), (k, "T"))

@@ -11,6 +11,7 @@ class Identity(Kind):
     trainable = False
     uses_init_scale = False
     uses_scale = True
+    whitens = False            # S̃ = c·Σ is no longer a multiple of I (symattn.features)
 
     def law(self, ix):
         from ..symbolic.freeprob import Identity as IdentityLaw

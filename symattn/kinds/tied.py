@@ -46,15 +46,21 @@ class Tied(Kind):
         Γ one per realisation, ``symattn.matrix``)."""
         Mk = ctx.mats[k]
         dense = Mk.kind == "dense"
+        metric = ctx.metric                # whitened variables: the gradient part preconditioned by Σ
+        half = dense and metric is not None
         acc = None
         for l in range(ctx.K):
             c = -4.0 * ctx.gamma[..., k, l]
             if np.any(c != 0.0):
-                t = ctx.sym_anticommutator(l, k) if dense else ctx.sym_apply(l, Mk.value, k)   # new arrays
+                t = ctx.sym_anticommutator(l, k) if dense and not half else ctx.sym_apply(l, Mk.value, k)
                 t *= c[..., None, None]
                 acc = t if acc is None else acc.__iadd__(t)
         if acc is None:
             acc = np.zeros_like(Mk.value)
+        elif metric is not None:           # W̃: Σ·(−4ΣΓS̃_l W̃); S̃: ΣA + AᵀΣ, A = −4ΣΓS̃_l S̃
+            acc = metric[:, None] * acc
+            if half:
+                acc = acc + acc.swapaxes(-1, -2)
         if ctx.wd:
             acc -= (2.0 if dense else 1.0) * ctx.wd * Mk.value
         return (acc,)
@@ -64,14 +70,16 @@ class Tied(Kind):
         form's, at half the products per evaluation (one S·S against WᵀW and W(WᵀW))."""
         return 2 if M.kind == "dense" else 1
 
-    def noise_map(self, M, X):
-        """W ← (I − 2dΞ)W, i.e. S ← (I − 2dΞ) S (I − 2dΞ) (the dense form)."""
+    def noise_map(self, M, X, metric=None):
+        """W ← (I − 2dΞ)W, i.e. S ← (I − 2dΞ) S (I − 2dΞ) (the dense form); whitened: dΞ → ΣdΞ on the left,
+        dΞΣ on the right (symattn.features)."""
         from ..matrix import Mat
+        left = X if metric is None else metric[:, None] * X
         if M.kind == "dense":
-            A = M.value - 2.0 * (X @ M.value)
-            A = A - 2.0 * (A @ X)
+            A = M.value - 2.0 * (left @ M.value)
+            A = A - 2.0 * (A @ transpose(left))
             return Mat("dense", 0.5 * (A + transpose(A)))   # symmetric again (Mat.with_parts does not symmetrise)
-        return Mat("factor", M.value - 2.0 * (X @ M.value))
+        return Mat("factor", M.value - 2.0 * (left @ M.value))
 
     # SGD: ∇_W = Σ_b X_bᵀ (e_b + e_bᵀ) X_b W /(B√d) − 2 mean_b tr(e_b C) W/√d
     def preactivation(self, P, X, cols, XXt=None, scale=None):

@@ -47,11 +47,13 @@ class Untied(Kind):
             parts.append((O[:, nz] * np.sqrt(lam[nz])[None, :]) @ Q.T)
         return "pair", tuple(parts)
 
-    def noise_map(self, M, X):
-        """(U, V) ← (U − dΞ V, V − dΞᵀ U)."""
+    def noise_map(self, M, X, metric=None):
+        """(U, V) ← (U − dΞ V, V − dΞᵀ U); whitened: the increments left-multiplied by Σ (symattn.features)."""
         from ..matrix import Mat
         U, V = M.value
-        return Mat("pair", (U - X @ V, V - transpose(X) @ U))
+        if metric is None:
+            return Mat("pair", (U - X @ V, V - transpose(X) @ U))
+        return Mat("pair", (U - metric[:, None] * (X @ V), V - metric[:, None] * (transpose(X) @ U)))
 
     def matrix_velocity(self, k, ctx):
         """U̇ = −β V − 2 X V − γU, V̇ = −β U − 2 Xᵀ U − γV, X = Σ_l (GΩ_kl M_l + GΨ_kl M_lᵀ), with the
@@ -67,9 +69,14 @@ class Untied(Kind):
             XV += o * Ml.apply(V) + p * Ml.apply_t(V)
             XtU += o * Ml.apply_t(U) + p * Ml.apply(U)
         N = U.shape[-2]
+        m = ctx.metric                     # whitened: every gradient term left-multiplied by Σ, and β keeps
+        if m is not None:                  # tr M̃ fixed under that flow (symattn.features)
+            XV, XtU, Up, Vp = m[:, None] * XV, m[:, None] * XtU, m[:, None] * U, m[:, None] * V
+        else:
+            Up, Vp = U, V
         psi = 2.0 * (inner(XV, V) + inner(XtU, U)) / N
-        beta = (-psi / ((inner(U, U) + inner(V, V)) / N))[..., None, None]
-        return (-beta * V - 2.0 * XV - ctx.wd * U, -beta * U - 2.0 * XtU - ctx.wd * V)
+        beta = (-psi / ((inner(Up, U) + inner(Vp, V)) / N))[..., None, None]
+        return (-beta * Vp - 2.0 * XV - ctx.wd * U, -beta * Up - 2.0 * XtU - ctx.wd * V)
 
     # SGD: ∇_U = Σ_b X_bᵀ e_b X_b V /(B√d),  ∇_V = Σ_b X_bᵀ e_bᵀ X_b U /(B√d)
     def preactivation(self, P, X, cols, XXt=None, scale=None):

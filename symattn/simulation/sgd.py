@@ -61,6 +61,8 @@ class Model:
         self.alpha = spec.step_size(self.d)
         self.gamma = spec.weight_decay
         self.schedule, self.n = spec.schedule, 0          # step n uses α s(nα/d) (symattn.schedule)
+        # whitened variables: every gradient step preconditioned by Σ (symattn.features)
+        self.metric = None if spec.features.identity else spec.features.eigenvalues(self.d).astype(self.dtype)
         self.B = spec.batch_size
         self.kinds = [ix.kind for ix in spec.indices]
         self.trainable = [ix.trainable for ix in spec.indices]
@@ -175,11 +177,14 @@ class Model:
                 continue
             if not kind.fused_update:
                 for nm, sl in self.cols[k].items():
-                    kind.update(self.state[k][nm], g[:, sl], c[k], a, decay, sq)
+                    kind.update(self.state[k][nm], g[:, sl], c[k], a, decay, sq, metric=self.metric)
             else:
-                factor = decay + a * kind.rate(c[k], sq)
+                rate = kind.rate(c[k], sq)
+                factor = decay + a * rate if self.metric is None else (decay + a * rate * self.metric)[:, None]
                 for sl in self.cols[k].values():
                     self.F[:, sl] *= factor
+        if self.metric is not None:
+            g = self.metric[:, None] * g
         mask = self._factor_mask()
         if mask is None:
             self.F[:, :self.n_train] -= a * g

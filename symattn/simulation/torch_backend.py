@@ -61,6 +61,9 @@ class TorchModel:
         self.loss_grad = loss_grad or build_loss(spec).compile_gradient(backend="torch")
         self.alpha, self.gamma = spec.step_size(self.d), spec.weight_decay
         self.schedule, self.n = spec.schedule, 0          # step n uses α s(nα/d) (symattn.schedule)
+        # whitened variables: every gradient step preconditioned by Σ (symattn.features)
+        self.metric = None if spec.features.identity else torch.as_tensor(
+            spec.features.eigenvalues(self.d), dtype=self.dtype, device=self.device)
         self.kinds = [ix.kind for ix in spec.indices]
         self.trainable = [ix.trainable for ix in spec.indices]
         self.noise = spec.label_noise if spec.loss is None else 0.0
@@ -172,13 +175,14 @@ class TorchModel:
                 continue
             if not kind.fused_update:
                 for sl in self.cols[k].values():
-                    kind.update(self.F[:, :, sl], g[..., sl], c[k].reshape(-1, 1), a, decay, sq)
+                    kind.update(self.F[:, :, sl], g[..., sl], c[k].reshape(-1, 1), a, decay, sq, metric=self.metric)
                     g[..., sl] = 0.0                      # applied above
             else:
-                factor = decay + a * kind.rate(c[k], sq)
+                rate = kind.rate(c[k], sq).reshape(-1, 1, 1)
+                factor = decay + a * (rate if self.metric is None else rate * self.metric.reshape(1, -1, 1))
                 for sl in self.cols[k].values():
-                    self.F[:, :, sl] *= factor.reshape(-1, 1, 1)
-        self.F[:, :, :self.n_train] -= a * g
+                    self.F[:, :, sl] *= factor
+        self.F[:, :, :self.n_train] -= a * (g if self.metric is None else self.metric.reshape(1, -1, 1) * g)
         return loss
 
     def norm_bound(self):
