@@ -287,6 +287,9 @@ def solve_finite_d(spec, dim: int, time: float = 1.0, points: int = 51, seed: in
 
     gamma = spec.weight_decay
     sched = spec.schedule
+    # whitened variables (symattn.features): each gradient preconditioned by Σ — a factor's rows scaled by Σ,
+    # a matrix trained as it is Σ·∇·Σ: the kind's ``whiten`` with Σ in place of Σ^½
+    metric = None if spec.features.identity else spec.features.eigenvalues(int(dim))
 
     def rhs(t, y):
         st = unpack(y)
@@ -296,6 +299,8 @@ def solve_finite_d(spec, dim: int, time: float = 1.0, points: int = 51, seed: in
         vel = []
         for k, fs in zip(train, names):
             pulled = spec.indices[k].kind.pullback(st[k], grads[k])
+            if metric is not None:
+                pulled = spec.indices[k].kind.whiten(pulled, metric)
             vel += [(s * (-dim * pulled[f] - g * st[k][f])).ravel() for f in fs]
         return np.concatenate(vel)
 
