@@ -8,7 +8,9 @@ eigenvalues of mean 1 (Tr Σ/d = 1). Everything is written in the *whitened* var
     G_ijk = (x_iᵀ S_k x_j − C_ij Tr(S_k Σ))/√d = (z_iᵀ S̃_k z_j − C_ij Tr S̃_k)/√d,
 
 so the loss, Φ, its Gaussian limit and the SGD-noise constants are the isotropic ones of the whitened
-matrices, and the order parameters are the Σ-weighted traces tr_k = Tr(ΣS_k)/d, q_kl = Tr(ΣS_kΣS_l)/d. What Σ
+matrices, and the order parameters are the Σ-weighted traces tr_k = Tr(ΣS_k)/d, q_kl = Tr(ΣS_kΣS_l)/d; the
+structural overlap is p_kl = q_kl − φ(Σ²) tr_k tr_l, which vanishes for independent (free) S_k, S_l as
+φ(ΣXΣY) = φ(Σ²)φ(X)φ(Y) (p_kk = φ(S²) − φ(S)², the spread of S's spectrum, as without Σ). What Σ
 changes is the geometry of the descent: a step on W is −α∇_W𝓛 = −αΣ^{½}∇_{W̃}𝓛, so on the whitened factors
 every gradient step — of SGD, of its mean, of its noise — is preconditioned by Σ:
 
@@ -53,13 +55,19 @@ class FeatureCovariance:
     def _p(self, name):
         return dict(self.params)[name]
 
-    def eigenvalues(self, n: int) -> np.ndarray:
-        """The n eigenvalues of Σ at size n (ascending, mean 1): the law's quantiles."""
+    def eigenvalues(self, n: int, matched: bool = False) -> np.ndarray:
+        """The n eigenvalues of Σ at size n (ascending, mean 1): the spec's definition at dimension n (the power
+        law's (i/n)^(−a)). ``matched`` (the matrix-level theory's realisation of the limit law): the largest one
+        moved so that φ(Σ²) is the limit law's — the power law's φ(Σ²) converges only like n^(−(1 − 2a)) from
+        below (its singular end), 0.52 short of 1.8 at n = 128 for a = 0.4, which slowed the theory's
+        convergence in N to the same rate."""
         n = int(n)
         if self.law == "identity":
             lam = np.ones(n)
         elif self.law == "power":
             lam = (np.arange(1, n + 1) / n) ** (-self._p("exponent"))
+            if matched and n > 2:
+                lam = _match_second_moment(lam, self.second_moment)
         elif self.law == "two_level":
             high = int(round(self._p("weight") * n))
             lam = np.r_[np.ones(n - high), np.full(high, self._p("ratio"))]
@@ -69,9 +77,9 @@ class FeatureCovariance:
         lam = np.sort(lam)
         return lam / lam.mean()
 
-    def root(self, n: int) -> np.ndarray:
-        """Σ^{½} (its diagonal) at size n."""
-        return np.sqrt(self.eigenvalues(n))
+    def root(self, n: int, matched: bool = False) -> np.ndarray:
+        """Σ^{½} (its diagonal) at size n (``matched``: see ``eigenvalues``)."""
+        return np.sqrt(self.eigenvalues(n, matched))
 
     @property
     def second_moment(self) -> float:
@@ -87,6 +95,14 @@ class FeatureCovariance:
         v = np.asarray(self.values)
         return float(np.mean(v ** 2))
 
+    @property
+    def convergence_order(self) -> float:
+        """p with the matrix-level realisation's traces converging like N^(−p) to the limit: a power law's higher
+        moments φ(Σ^k) (k ≥ 3, which the dynamics reach) are infinite for a ≥ 1/k, and its realisation's
+        converge like N^(−(1 − 2a)) at best; 1 for the other laws. The matrix-level error estimate and
+        extrapolation use it (``spectral.solve_spectral``)."""
+        return min(1.0, 1.0 - 2.0 * self._p("exponent")) if self.law == "power" else 1.0
+
     def describe(self) -> str:
         if self.identity:
             return "identity"
@@ -94,6 +110,21 @@ class FeatureCovariance:
 
 
 IDENTITY = FeatureCovariance()
+
+
+def _match_second_moment(lam: np.ndarray, m2: float) -> np.ndarray:
+    """λ (ascending) with its largest value replaced and all rescaled so that mean λ = 1 and mean λ² = m2: the
+    larger root x of (n − m2)x² − 2 m2 A x + nB − m2 A² = 0, A and B the sum and sum of squares of the others."""
+    n = len(lam)
+    rest = np.sort(lam)[:-1]
+    A, B = rest.sum(), float(rest @ rest)
+    a, b, c = n - m2, -2.0 * m2 * A, n * B - m2 * A * A
+    disc = b * b - 4 * a * c
+    if a <= 0 or disc < 0:
+        return lam
+    x = (-b + np.sqrt(disc)) / (2 * a)
+    out = np.r_[rest, x]
+    return out / out.mean()
 
 
 def parse_features(src: str, raw, base: Path | None = None) -> FeatureCovariance:

@@ -126,11 +126,11 @@ def initial_realisation(spec, size: int, seed: int = 0, init: str = "free", odd=
         n = int(size) // 2
         mats = [_blocks(Mat(*ix.kind.realise(ix, n, rng, False)), Mat(*ix.kind.realise(ix, n, rng, False)), k in odd)
                 for k, ix in enumerate(spec.indices)]
-        return mats if f.identity else [m.whitened(np.tile(f.root(n), 2)) for m in mats]
+        return mats if f.identity else [m.whitened(np.tile(f.root(n, matched=True), 2)) for m in mats]
     # Σ (diagonal) is free from every index: then no index may be diagonal in Σ's basis
     diag_k = next((k for k in spec.teachers if spec.indices[k].kind.factors), None) if f.identity else None
     mats = [Mat(*ix.kind.realise(ix, size, rng, k == diag_k)) for k, ix in enumerate(spec.indices)]
-    return mats if f.identity else [m.whitened(f.root(size)) for m in mats]
+    return mats if f.identity else [m.whitened(f.root(size, matched=True)) for m in mats]
 
 
 ODD_FORMS = ("pair", "ndense")     # the realisations :func:`_blocks` can write off-diagonally
@@ -295,12 +295,14 @@ class _Flow:
         self.blocks = None              # N/2 for a realisation in two independent halves (``_blocks``)
         self.metric = None              # Σ's diagonal (whitened variables, symattn.features): ``set_metric``
 
-    def set_metric(self, blocks: bool = False) -> None:
+    def set_metric(self, blocks: bool = False, matched: bool = True) -> None:
         """Σ at this size from the spec's feature covariance (two copies of the N/2 one for a realisation
-        in halves), None for Σ = I."""
+        in halves), None for Σ = I; ``matched``: the limit law's realisation (features.eigenvalues), else the
+        spec's Σ at d = N (a start from simulate's matrices)."""
         f = self.spec.features
         if not f.identity:
-            self.metric = np.tile(f.eigenvalues(self.N // 2), 2) if blocks else f.eigenvalues(self.N)
+            self.metric = (np.tile(f.eigenvalues(self.N // 2, matched), 2) if blocks
+                           else f.eigenvalues(self.N, matched))
 
     # ---------------------------------------------------------------- packing
     def pack(self) -> np.ndarray:
@@ -417,7 +419,7 @@ class _Flow:
             pair = f"{names[a]}_{names[b]}"
             q = th[:, pq] if pq is not None else th[:, po]
             row[f"q_{pair}"] = q
-            row[f"p_{pair}"] = q - tr[a] * tr[b]
+            row[f"p_{pair}"] = q - self.spec.features.second_moment * tr[a] * tr[b]   # φ(Σ²): features.py
             if pq is not None:
                 row[f"q1_{pair}"] = th[:, po]
                 row[f"q2_{pair}"] = th[:, pq]
@@ -448,7 +450,7 @@ def _start(spec, P, N, seeds, init, odd=()):
              for k, ix in enumerate(spec.indices) if not ix.centred} if init == "sample" else {}
     flow = _Flow(spec, mats, N, P, fixed_means=means)
     flow.blocks = N // 2 if odd else None         # two independent halves: the noise stays block-diagonal
-    flow.set_metric(bool(odd))
+    flow.set_metric(bool(odd), matched=init != "sample")
     if P.quad_terms and P.order is None:
         P.calibrate(flow.theta(flow.mats, 0.0, slave=False)[0][0])
     flow.relax(flow.mats, initial_means=means)
@@ -1000,13 +1002,19 @@ def solve_spectral(spec, time: float = 1.0, points: int = 51, size: int = 1000, 
     if error_estimate or extrapolate:
         nhalf = max(4, 2 * (size // 4))      # even, so that an atom of mass ½ is resolved alike
         half, _, nev2, _, sem_half = run(nhalf, False)
-        c_ex = nhalf / (size - nhalf)        # f∞ = f(N) + (f(N) − f(N')) N'/(N − N')
+        # f∞ = f(N) + (f(N) − f(N'))/((N/N')^p − 1) for an error ∝ N^(−p): p = 1 (N'/(N − N')), less for a
+        # heavy power-law feature covariance (features.convergence_order); the systematic part of _err is that
+        # distance, |f(N) − f(N/2)|/(2^p − 1)
+        order = spec.features.convergence_order
+        c_ex = 1.0 / ((size / nhalf) ** order - 1.0)
+        c_sys = 1.0 / (2.0 ** order - 1.0)
         t_factor = t975(rotations - 1) if rotations > 1 else 0.0
         for c in list(table):
             if c != "time":
                 diff = table[c] - half[c]
                 rand = np.hypot((1 + c_ex) * sem[c], c_ex * sem_half[c]) if extrapolate else sem[c]
-                table[f"{c}_err"] = np.hypot(np.abs(diff), t_factor * rand) if rotations > 1 else np.abs(diff)
+                sys = c_sys * np.abs(diff)
+                table[f"{c}_err"] = np.hypot(sys, t_factor * rand) if rotations > 1 else sys
                 if extrapolate:
                     table[c] = table[c] + diff * c_ex
         info.update({"rhs_evaluations_half": nev2, "size_half": nhalf, "extrapolated": bool(extrapolate)})

@@ -82,12 +82,13 @@ def order_parameter_arrays(spec, state: list, dim: int) -> dict:
         tr.append(t / d)
         out[f"tr_{n}"] = t / d
         out.update(kinds[a].index_values(n, state[a], t, d, _einsum))
+    m2 = spec.features.second_moment         # φ(Σ²): p = q − φ(Σ²) tr·tr vanishes for free matrices (features.py)
     for a in range(spec.K):
         for b in range(a, spec.K):
             p = f"{names[a]}_{names[b]}"
             q = trace_product(kinds[a], state[a], kinds[b], state[b], dim=d) / d
             out[f"q_{p}"] = q
-            out[f"p_{p}"] = q - tr[a] * tr[b]
+            out[f"p_{p}"] = q - m2 * tr[a] * tr[b]
             if not (kinds[a].symmetric or kinds[b].symmetric):
                 out[f"q1_{p}"] = trace_product(kinds[a], state[a], kinds[b], state[b], transpose_b=True, dim=d) / d
                 out[f"q2_{p}"] = q
