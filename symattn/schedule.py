@@ -83,7 +83,8 @@ class Schedule:
         if t <= 0:
             return 0.0
         x = np.linspace(0.0, t, 4001)
-        return float(np.trapezoid(self(x), x))
+        trapezoid = getattr(np, "trapezoid", None) or np.trapz      # NumPy < 2 has only trapz
+        return float(trapezoid(self(x), x))
 
     def describe(self) -> str:
         if self.constant:
