@@ -116,7 +116,7 @@ def cmd_potential(args):
         if at:
             raise UsageError("--at: not with --dim (the exact finite-d loss depends on more than the order "
                              "parameters; it is evaluated at simulate's initial matrices of --seed)")
-        return _finite_d_potential(spec, args)
+        return _finite_d_potential(spec, args, P)
     values = {**initial_order_parameters(spec), **at}
     values = {n: values[n] for n in P.names}
     order, err = P.calibrate(values)
@@ -142,18 +142,18 @@ def cmd_potential(args):
         print(f"Γ[{k}] = {v:.12g}")
 
 
-def _finite_d_potential(spec, args):
+def _finite_d_potential(spec, args, P):
     """``potential --dim D``: Φ_d exactly (derivation.finite_d) and, at simulate's initial matrices of --seed,
-    its value against the limit Φ at the same order parameters."""
+    its value against the limit Φ (``P``) at the same order parameters."""
+    import sympy as sp
+
     from .derivation.finite_d import FiniteDPotential, dense_matrices
-    from .derivation.potential import Potential
     from .initial import draw_initial
     from .simulation.measure import order_parameters
     F = FiniteDPotential(spec)
     states = draw_initial(spec, args.dim, args.seed)
     mats = dense_matrices(spec, states)
     exact = F.value(mats)
-    P = Potential(spec, tol=args.tol)
     row = order_parameters(spec, states, args.dim)
     limit = P.value({n: row[n] for n in P.names})
     if args.json:
@@ -164,14 +164,9 @@ def _finite_d_potential(spec, args):
         return
     expr = F.expression()
     print(f"Φ_d (exact at finite d, {len(F.words)} normalised traces tr(w) = Tr(w)/d) = "
-          f"{sp_latex(expr) if args.latex else expr}")
+          f"{sp.latex(expr) if args.latex else expr}")
     print(f"at simulate's initial matrices, d = {args.dim}, seed {args.seed}: Φ_d = {exact:.12g}; "
           f"the limit Φ at the same order parameters = {limit:.12g} (difference {exact - limit:.3g})")
-
-
-def sp_latex(expr) -> str:
-    import sympy as sp
-    return sp.latex(expr)
 
 
 def _residual_potential(args):

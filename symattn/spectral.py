@@ -345,8 +345,9 @@ class _Flow:
         """Start of the slow phase: the trainable means after the fast phase dm/dt = −D ∂Φ/∂m."""
         if not self.mean_pos:
             return
-        self.m_warm = np.array([[float(np.broadcast_to((initial_means or {}).get(k, 0.0), (self.R,))[r])
-                                 for k in self.train if not self.spec.indices[k].centred] for r in range(self.R)])
+        given = initial_means or {}
+        self.m_warm = np.stack([np.broadcast_to(np.asarray(given.get(k, 0.0), dtype=float), (self.R,))
+                                for k in self.train if not self.spec.indices[k].centred], axis=1)
         th, _ = self.theta(mats, 0.0, slave=False)
         D = []                                   # fast rates t^A + t^B (whitened: tr ΣÃ + tr ΣB̃), per realisation
         m = 1.0 if self.metric is None else self.metric[:, None]

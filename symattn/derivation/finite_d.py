@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from functools import cached_property
+from itertools import combinations
 
 import numpy as np
 import sympy as sp
@@ -108,7 +109,7 @@ class FiniteDPotential:
         # centring: G_m = (B_m − c_m)/√d, c_m = C_ij·d·tr(S_k) for a centred index
         cent = [m for m, (i, j, k) in enumerate(factors) if self.centred[k] and self.C[i, j] != 0.0]
         for r in range(len(cent) + 1):
-            for drop in _subsets(cent, r):
+            for drop in combinations(cent, r):
                 keep = tuple(f for m, f in enumerate(factors) if m not in drop)
                 const = 1.0
                 words = []
@@ -246,11 +247,6 @@ class FiniteDPotential:
                 for k, G in dtr[w].items():
                     out[k] += (c * d ** (p / 2) * others) * G
         return out
-
-
-def _subsets(items, r):
-    from itertools import combinations
-    return combinations(items, r)
 
 
 def dense_matrices(spec, states) -> list:

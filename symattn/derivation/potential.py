@@ -25,7 +25,6 @@ from ..spec import Spec, load_spec
 from ..symbolic.gaussian import BETA, LABEL_NOISE, GaussianG, OrderParameters, integrate_label_noise
 from ..symbolic.loss import beta_of, build_loss
 from ..symbolic.quadrature import (
-    COARSEST,
     MAX_NODES,
     QuadTerm,
     SeparableTerm,
@@ -33,6 +32,7 @@ from ..symbolic.quadrature import (
     canonical_basis,
     half_width_for,
     invariant_projection,
+    least_nodes,
     max_dimension,
 )
 from ..transient import PicklesWithoutCaches
@@ -139,7 +139,7 @@ class GaussianExpectation(PicklesWithoutCaches):
         if r > limit:
             spec = self.spec
             key = "model.loss" if spec.loss is not None else f"model.tokens = {spec.tokens} (activation {spec.activation})"
-            n = self.start_order if self.tol < 1e-4 else COARSEST
+            n = least_nodes(self.start_order, self.tol)
             raise SpecError(f"{key}: a term of the loss depends on {r} directions of the pre-activations G "
                             f"({len(variables)} entries); its Gaussian quadrature needs at least {n} nodes per "
                             f"direction, {n}^{r} = {float(n) ** r:.1e} nodes, beyond the limit of {self.max_nodes:.0e} "

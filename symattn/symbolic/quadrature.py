@@ -48,11 +48,16 @@ MAX_NODES = 2_000_000
 COARSEST = 4     # nodes per dimension of the coarsest rule worth calibrating (Gauss–Hermite, exact to degree 7)
 
 
+def least_nodes(start: int, tol: float) -> int:
+    """Nodes per direction a calibration needs at least: its first order ``start`` for a tight tolerance
+    (< 1e-4: Φ and ∇Φ start at 17), COARSEST for a coarse one (the SGD-noise constants ν, to 2e-2)."""
+    return start if tol < 1e-4 else COARSEST
+
+
 def max_dimension(start: int, max_nodes: int, tol: float) -> int:
-    """The most directions a term may have: at least ``start`` nodes per direction (the calibration's first
-    order) for a tight tolerance (< 1e-4: Φ and ∇Φ start at 17, so 17⁵ = 1.4e6 ≤ 2e6 < 17⁶, five), at least
-    COARSEST for a coarse one (the SGD-noise constants ν to 2e-2 within 2e5 nodes: eight, as two heads of softmax L = 2 need)."""
-    least = start if tol < 1e-4 else COARSEST
+    """The most directions a term may have within ``max_nodes`` at ``least_nodes`` per direction: Φ five
+    (17⁵ = 1.4e6 ≤ 2e6 < 17⁶), ν eight (4⁸ ≤ 2e5: two heads of softmax L = 2 need them)."""
+    least = least_nodes(start, tol)
     r = 1
     while least ** (r + 1) <= max_nodes:
         r += 1
