@@ -84,16 +84,26 @@ class FeatureCovariance:
     @property
     def second_moment(self) -> float:
         """φ(Σ²) of the limit law (φ(Σ) = 1)."""
-        if self.law == "identity":
+        return self.moment(2)
+
+    def moment(self, n: int) -> float:
+        """φ(Σ^n) of the limit law: power law ∫₀¹((1 − a)u^(−a))^n du = (1 − a)^n/(1 − na), infinite for
+        n ≥ 1/a; two levels (w rⁿ + 1 − w)/(w r + 1 − w)ⁿ; a file's mean of λⁿ."""
+        if self.law == "identity" or n == 0:
             return 1.0
         if self.law == "power":
             a = self._p("exponent")
-            return (1 - a) ** 2 / (1 - 2 * a)
+            return (1 - a) ** n / (1 - n * a) if n * a < 1 else math.inf
         if self.law == "two_level":
             r, w = self._p("ratio"), self._p("weight")
-            return (w * r * r + 1 - w) / (w * r + 1 - w) ** 2
-        v = np.asarray(self.values)
-        return float(np.mean(v ** 2))
+            return (w * r ** n + 1 - w) / (w * r + 1 - w) ** n
+        return float(np.mean(np.asarray(self.values) ** n))
+
+    def finite_moments(self) -> float:
+        """The largest n with φ(Σ^n) finite (∞ but for a power law: the largest n < 1/a)."""
+        if self.law != "power" or self._p("exponent") == 0:
+            return math.inf
+        return math.ceil(1 / self._p("exponent")) - 1
 
     @property
     def convergence_order(self) -> float:

@@ -26,8 +26,13 @@ def laws(spec: Spec) -> list:
 
 
 def free_moments(spec, words) -> np.ndarray:
-    """μ_w(0) for each word (the empty word is 1), exact free-probability values as floats."""
+    """μ_w(0) for each word (the empty word is 1), exact free-probability values as floats; with a feature
+    covariance, of the whitened words in the letters S̃_k and Σ (``symbolic.metric``)."""
     spec = load_spec(spec)
+    if not spec.features.identity:
+        from .symbolic.metric import WhitenedMoments
+        phi = WhitenedMoments(laws(spec), spec.features.moment)
+        return np.array([phi(w) for w in words])
     return np.array([1.0 if not w else float(freeprob.free_moment(w, laws(spec))) for w in words])
 
 
@@ -35,6 +40,8 @@ def sample_moments(spec, words, dim: int, seed: int = 0) -> np.ndarray:
     """μ_w(0) measured on the initial matrices of simulation seed ``seed`` at dimension ``dim``."""
     spec = load_spec(spec)
     factors = draw_initial(spec, dim, int(seed))
+    if not spec.features.identity:                         # the letter Σ = (K, "S") of the whitened words
+        factors.append({"S": np.diag(spec.features.eigenvalues(dim))})
     out = np.ones(len(words))
     full = [i for i, w in enumerate(words) if w]          # the empty word is 1
     if full:                                               # batched: products shared between words

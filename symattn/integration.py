@@ -174,9 +174,6 @@ def integrate(system, time: float = 1.0, points: int = 51, init="free", dim: int
     time where observables differ by more than ``gap_tol·(1 + |value|)`` is reported. ``log_time``:
     log-spaced output times (``time_grid``).
     """
-    if not system.spec.features.identity:
-        from .method import raise_no_hierarchy
-        raise_no_hierarchy(system.spec)
     from .reference import initial, observables, restrict
     spec = system.spec
     if epsilon is None:

@@ -212,8 +212,8 @@ def observables(system, Y, phi=None, loss: bool = True) -> dict:
         if c.source == S.STATE:
             out[c.name] = Y[:, c.args[0]]
         elif c.source == S.CENTRED:
-            i, a, b = c.args
-            out[c.name] = Y[:, i] - Y[:, a] * Y[:, b]
+            i, a, b, *factor = c.args
+            out[c.name] = Y[:, i] - (factor[0] if factor else 1.0) * Y[:, a] * Y[:, b]
         elif c.source == S.THETA:
             out[c.name] = thetas[:, c.args[0]]
         elif c.source == S.OVERLAP:

@@ -128,7 +128,8 @@ class Spec:
                 "activation": self.activation,
                 "readout": self.readout, "label_noise": self.label_noise > 0 and self.loss is None, "loss": self.loss,
                 "indices": [{"name": ix.name, "role": ix.role, "parameterization": ix.parameterization}
-                            for ix in self.indices]}
+                            for ix in self.indices],
+                **({} if self.features.identity else {"feature_covariance": True})}
 
     @property
     def digest(self) -> str:

@@ -36,7 +36,7 @@ import numpy as np
 from .errors import SpecError, UsageError
 from .files import atomic_write
 
-_GRID_KEYS = {"spec", "command", "time", "points", "grid", "executor", "log_time"}
+_GRID_KEYS = {"spec", "command", "time", "points", "grid", "executor", "log_time", "method"}
 _EXECUTOR_NAMES = ("local", "slurm")
 
 
@@ -57,6 +57,10 @@ def load_grid(path) -> dict:
     command = raw.get("command", "simulate")
     if command not in ("simulate", "theory"):
         raise SpecError(f"{path}: command: expected simulate or theory, got {command!r}")
+    from .method import METHODS
+    method = raw.get("method", "auto")
+    if method not in METHODS:
+        raise SpecError(f"{path}: method: expected one of {', '.join(METHODS)}, got {method!r}")
     grid = raw.get("grid", {})
     if not isinstance(grid, dict) or not grid:
         raise SpecError(f"{path}: grid: expected a table of keys with lists of values")
@@ -76,7 +80,7 @@ def load_grid(path) -> dict:
     if not isinstance(points, int) or isinstance(points, bool) or points < 2:
         raise SpecError(f"{path}: points: expected a whole number >= 2")
     return {"spec": spec, "command": command, "time": float(time_), "points": points, "grid": grid,
-            "executor": ex, "log_time": bool(raw.get("log_time", False)), "root": str(path.parent)}
+            "executor": ex, "log_time": bool(raw.get("log_time", False)), "method": method, "root": str(path.parent)}
 
 
 def expand(grid: dict) -> list:
@@ -99,6 +103,7 @@ def expand(grid: dict) -> list:
         spec = specs[pkey]
         task = {"spec": grid["spec"], "settings": point, "dim": dim, "seed": seed, "command": grid["command"],
                 "time": grid["time"], "points": grid["points"], "log_time": grid["log_time"],
+                "method": grid.get("method", "auto"),
                 "spec_digest": spec.digest, "version": __version__}
         key = json.dumps({k: task[k] for k in task if k != "spec"}, sort_keys=True, default=repr)
         task["id"] = hashlib.sha256(key.encode()).hexdigest()[:20]
@@ -124,11 +129,7 @@ def run_task(task: dict, out) -> str:
                            points=task["points"], workers=1, progress=False, log_time=task.get("log_time", False))
             table = res.table
         else:
-            from .derivation import derive
-            from .integration import integrate
-            system = derive(spec, spec.truncation)
-            table = integrate(system, time=task["time"], points=task["points"], dim=task["dim"], seed=task["seed"],
-                              log_time=task.get("log_time", False)).table
+            table = _theory_table(spec, task)
     except NumericalFailure as exc:            # an outcome of the scan (e.g. a stability map), not an error
         status = {"status": "diverged", "diverged_at": exc.time, "message": " ".join(str(exc).split())}
         atomic_write(done, json.dumps({**task, **status}, indent=1, sort_keys=True))
@@ -136,6 +137,24 @@ def run_task(task: dict, out) -> str:
     atomic_write(out / f"{task['id']}.csv", csv_text(table, digits=None))
     atomic_write(done, json.dumps({**task, "status": "done"}, indent=1, sort_keys=True))   # last: complete
     return task["id"]
+
+
+def _theory_table(spec, task: dict) -> dict:
+    """A theory task: the method ``theory`` would use (``method.resolve``: the grid's ``method``, default auto —
+    the closed hierarchy where it is exact, else the matrix level at the default size and rotations; the
+    hierarchy for log-spaced times), at the spec's ε at the task's d (its d-free value without one)."""
+    from .method import DEFAULT_ROTATIONS, DEFAULT_SIZE, resolve
+    log_time = task.get("log_time", False)
+    if resolve(spec, task.get("method", "auto")) == "spectral" and not log_time:
+        from .spectral import solve_spectral
+        eps = spec.epsilon(task["dim"])
+        return solve_spectral(spec, time=task["time"], points=task["points"], size=DEFAULT_SIZE, seed=task["seed"],
+                              rotations=DEFAULT_ROTATIONS, epsilon=eps or None, spectra=False).table
+    from .derivation import derive
+    from .integration import integrate
+    system = derive(spec, spec.truncation)
+    return integrate(system, time=task["time"], points=task["points"], dim=task["dim"], seed=task["seed"],
+                     log_time=log_time).table
 
 
 def _run_one(args):
@@ -221,11 +240,14 @@ def collect(folder, out=None, per_seed: bool = False) -> dict:
     keys = sorted({k for t in [t for t, _ in tasks] + failed for k in t["settings"]})
     groups: dict = {}
     diverged: dict = {}
+    def point_of(task):                   # a table value (a law, a schedule) as its JSON text
+        return tuple(_scalar(task["settings"].get(k)) for k in keys) + (task["dim"],)
+
     for task, table in tasks:
-        point = tuple(task["settings"].get(k) for k in keys) + (task["dim"],)
+        point = point_of(task)
         groups.setdefault(point, []).append((task["seed"], table))
     for task in failed:
-        point = tuple(task["settings"].get(k) for k in keys) + (task["dim"],)
+        point = point_of(task)
         diverged.setdefault(point, []).append(task["diverged_at"])
         groups.setdefault(point, [])
     cols = [c for c in tasks[0][1] if c != "time" and not c.endswith("_sem")] if tasks else []
@@ -274,11 +296,20 @@ def _write_collected(table: dict, out: Path) -> None:
         with atomic_target(out) as tmp:
             ds.to_netcdf(tmp)
         return
+    import csv
+    import io
     cols = list(table)
-    lines = [",".join(cols)]
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")          # a JSON cell (a law, a schedule) is quoted
+    w.writerow(cols)
     for i in range(len(table[cols[0]])):
-        lines.append(",".join(_cell(table[c][i]) for c in cols))
-    atomic_write(out, "\n".join(lines) + "\n")
+        w.writerow([_cell(table[c][i]) for c in cols])
+    atomic_write(out, buf.getvalue())
+
+
+def _scalar(v):
+    """A grid value as a hashable cell: tables and arrays as their JSON text."""
+    return json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v
 
 
 def _cell(v) -> str:

@@ -32,8 +32,10 @@ COLS = ("tr_student", "q_student_student", "q_student_teacher")
 
 
 def make(act="linear", B=1, eps=0.1, student="tied", kappa=1.0, sigma=1.0, kappa_t=0.5, sigma_t=1.0, L=1,
-         cov=None, label_noise=0.0, M=4, beta=1.0, students=None):
+         cov=None, label_noise=0.0, M=4, beta=1.0, students=None, features=None):
     model = {"tokens": L, "activation": act, "label_noise": label_noise}
+    if features is not None:
+        model["feature_covariance"] = features
     if act == "softmax":
         model["beta"] = beta
     if cov is not None:
@@ -78,9 +80,12 @@ def _moments(spec, Ss, d):
 
 
 def one_step_noise(spec, d, seeds=3, batches=150):
-    """{column: (measured even-part drift, its sem, theory noise term)} summed over seeds."""
+    """{column: (measured even-part drift, its sem, theory noise term)} summed over seeds. With a feature
+    covariance the matrices are the whitened ones, the tokens whitened, and the step preconditioned by Σ
+    (tied S̃' = (I − 2αΣĜ)S̃(I − 2αĜΣ), direct S̃ − αΣĜΣ; docs/theory.md §1)."""
     system = derive(spec, 4)
     alpha, eps = spec.step_size(d), spec.epsilon(d)
+    lam = np.ones(d) if spec.features.identity else spec.features.eigenvalues(d)
     meas, var, theo = {}, {}, {}
     for s in range(seeds):
         model = Model(spec, d)
@@ -97,10 +102,10 @@ def one_step_noise(spec, d, seeds=3, batches=150):
                 new = list(Ss)
                 for k, g in Gh.items():
                     if model.spec.indices[k].parameterization == "tied":
-                        A = np.eye(d) - 2 * a * g
-                        new[k] = A @ Ss[k] @ A
+                        A = np.eye(d) - 2 * a * lam[:, None] * g
+                        new[k] = A @ Ss[k] @ A.T
                     else:
-                        new[k] = Ss[k] - a * g
+                        new[k] = Ss[k] - a * lam[:, None] * g * lam[None, :]
                 moved.append(_moments(spec, new, d))
             for c in m0:
                 even[c].append(((moved[0][c] + moved[1][c]) / 2 - m0[c]) * d / alpha)

@@ -9,9 +9,10 @@ MAX_ENUMERATION = 20_000_000     # letter strings the word enumeration may visit
 def estimate_size(spec, truncation: int) -> dict:
     """Letters, estimated number of moments (canonical words up to length M, ≈ Σ_w n^w/(2w)) and
     letter strings visited by the enumeration (Σ_w n^w) of a hierarchy, before building it."""
-    n = sum(len(ix.kind.letters(k)) for k, ix in enumerate(spec.indices))
+    from .hierarchy import closes
+    n = sum(len(ix.kind.letters(k)) for k, ix in enumerate(spec.indices)) + (not spec.features.identity)   # Σ
     M = int(truncation)
-    if all(spec.indices[k].kind.closes for k in spec.students):
+    if closes(spec):
         M = 2                                    # a length-preserving (direct) system closes at M = 2
     return {"letters": n, "moments": sum(n**w / (2 * w) for w in range(1, M + 1)),
             "strings": sum(n**w for w in range(1, M + 1)), "truncation": M}

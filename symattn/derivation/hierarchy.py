@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from ..kinds import alphabet_of
+from ..kinds import alphabet_of, metric_letters
 from ..spec import Spec, load_spec
 from .noise import noise_terms, nu_expectations, nu_names
 from .potential import Potential
@@ -28,11 +28,11 @@ DESCRIPTION = "direct/tied moment hierarchy"
 
 def letter_flows(spec: Spec, coef_index) -> dict:
     """Flow of every trainable letter: letter -> [(coef key, replacement letters, factor)] (each
-    student's kind, symattn.kinds)."""
+    student's kind, symattn.kinds; whitened and preconditioned by Σ with a feature covariance)."""
     flows = {}
     sym = [ix.symmetric for ix in spec.indices]
     for k in spec.students:
-        flows.update(spec.indices[k].kind.letter_flow(k, spec.K, coef_index, sym))
+        flows.update(spec.indices[k].kind.letter_flow(k, spec.K, coef_index, sym, metric_letters(spec)))
     return flows
 
 
@@ -56,6 +56,24 @@ def apply_flows(words, alphabet, flows, truncation):
     return acc
 
 
+def closes(spec) -> bool:
+    """Whether every student's flow preserves word length, closing the hierarchy at M = 2 (direct S,
+    §4): not with a feature covariance, whose Σ letters lengthen every word (§1)."""
+    return spec.features.identity and all(spec.indices[k].kind.closes for k in spec.students)
+
+
+def require_moments(spec, M: int) -> None:
+    """SpecError unless Σ's law has the moments φ(Σ^n), n ≤ M, that the whitened words of length ≤ M need
+    (``symbolic.metric``; a power law's are infinite from n = 1/a on)."""
+    top = spec.features.finite_moments()
+    if M > top:
+        from ..errors import SpecError
+        raise SpecError(f"{spec.source}: model.feature_covariance = {spec.features.describe()}: the moment hierarchy "
+                        f"at M = {M} needs φ(Σ^n) up to n = {M}, infinite for this law from n = {top + 1} on "
+                        f"(the words themselves diverge as d → ∞); use --truncation ≤ {top} or the matrix-level "
+                        f"theory (--method spectral, the default)")
+
+
 def symmetric_coefficient_rules(spec) -> tuple:
     """coef = [1, γ, Γ_kl (row-major), ε ν...] (module docstring)."""
     K = spec.K
@@ -73,13 +91,14 @@ def derive_symmetric(spec, truncation: int | None = None, potential: Potential |
     alphabet = alphabet_of(spec)
     if not all(alphabet.symmetric):
         raise NotImplementedError("untied indices: use derive.untied")
-    # flows that preserve the word length (direct S) close the system at M = 2 (§4)
-    M = 2 if all(spec.indices[k].kind.closes for k in spec.students) else M
+    # flows that preserve the word length (direct S) close the system at M = 2 (§4) — not with Σ letters
+    M = 2 if closes(spec) else M
+    require_moments(spec, M)
     words = [()] + alphabet.words(M)
     rules = symmetric_coefficient_rules(spec)
     cidx = {c.name: i for i, c in enumerate(rules)}
     acc = apply_flows(words, alphabet, letter_flows(spec, cidx), M)
-    for key, val in noise_terms(spec, words, alphabet, cidx, M).items():
+    for key, val in noise_terms(spec, words, alphabet, cidx, M, metric_letters(spec)).items():
         acc[key] += val
     nu = nu if nu is not None else nu_expectations(P)
     theta_words = []
@@ -91,5 +110,5 @@ def derive_symmetric(spec, truncation: int | None = None, potential: Potential |
     def at(word):
         return index[alphabet.canonical(word)]
     cols = [Column(f"tr_{name}", STATE, (at(((k, "S"),)),)) for k, name in enumerate(spec.names)]
-    cols += pair_columns(spec, at, alphabet.symmetric) + [Column("loss", LOSS)]
+    cols += pair_columns(spec, at, alphabet.symmetric, spec.features.second_moment) + [Column("loss", LOSS)]
     return System(DESCRIPTION, spec, M, alphabet, words, rules, pack_terms(acc), theta_words, P, tuple(cols), nu=nu)

@@ -21,6 +21,9 @@ unit package time these become, on dμ_w/dt,
   * pair contractions: letters i < j of w = a X₁ b X₂ (cyclically) with forms (L_a, δ_a, R_a, c_a),
     (L_b, δ_b, R_b, c_b):  ε ν c_a c_b μ(R_a X₁ L_b) μ(R_b X₂ L_a) — the word splits in two;
   * the second order of one letter (the "Itô drift"), e.g. tied 4 ε ν_kk μ(S_k) μ(w ∖ i).
+With a feature covariance the letters are the whitened ones and every δ is flanked by the preconditioner
+Σ as the kind's update says (tied: −2α(ΣδS̃ + S̃δΣ), second order 4α²ΣδS̃δΣ → 4εν μ(S̃) Σ² in place of the
+letter; direct: −αΣδΣ; docs/theory.md §1).
 Everything is zero-truncated at M like the drift. Checked against SGD (``tests/test_noise.py``).
 """
 from __future__ import annotations
@@ -97,8 +100,9 @@ def nu_expectations(potential, tol: float = 2e-2) -> dict:
     return out
 
 
-def noise_terms(spec, words, alphabet, coef_index, truncation) -> dict:
-    """Sparse quadratic terms (row, c1, c2, key) -> value of the ε-corrections (module docstring)."""
+def noise_terms(spec, words, alphabet, coef_index, truncation, metric: tuple = ()) -> dict:
+    """Sparse quadratic terms (row, c1, c2, key) -> value of the ε-corrections (module docstring);
+    ``metric`` = (Σ,) for whitened letters (each kind's forms then carry the preconditioner)."""
     index = {w: n for n, w in enumerate(words)}
     kind = {k: spec.indices[k].kind for k in spec.students}
     acc = defaultdict(float)
@@ -117,14 +121,14 @@ def noise_terms(spec, words, alphabet, coef_index, truncation) -> dict:
         pos = [i for i, (k, op) in enumerate(w) if k in kind]
         for i in pos:                                   # second order of one letter
             k = w[i][0]
-            for c, kinds, middle in kind[k].second_order(w[i]):
-                add(row, col(w[:i] + w[i + 1:]), col(middle), nu_name(spec, k, k, kinds), c)
+            for c, kinds, middle, outer in kind[k].second_order(w[i], metric):
+                add(row, col(w[:i] + outer + w[i + 1:]), col(middle), nu_name(spec, k, k, kinds), c)
         for x, i in enumerate(pos):                      # pair contractions
             for j in pos[x + 1:]:
                 k, l = w[i][0], w[j][0]
                 X1, X2 = w[i + 1:j], w[j + 1:] + w[:i]
-                for La, ta, Ra, ca in kind[k].fluctuation_forms(w[i]):
-                    for Lb, tb, Rb, cb in kind[l].fluctuation_forms(w[j]):
+                for La, ta, Ra, ca in kind[k].fluctuation_forms(w[i], metric):
+                    for Lb, tb, Rb, cb in kind[l].fluctuation_forms(w[j], metric):
                         add(row, col(Ra + X1 + Lb), col(Rb + X2 + La), nu_name(spec, k, l, ta + tb), ca * cb)
     return acc
 

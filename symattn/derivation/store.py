@@ -39,6 +39,8 @@ def key(spec, truncation: int, tol: float) -> str:
     """What a derivation depends on (module docstring), hashed."""
     laws = [{k: v for k, v in ix.__dict__.items() if k not in ("name", "role", "parameterization")}
             for ix in spec.indices]
+    if not spec.features.identity:           # Σ's law (the quadrature is calibrated at its initial q)
+        laws.append({"features": spec.features.describe(), "moments": [spec.features.moment(n) for n in range(2, 9)]})
     import sympy
     text = json.dumps({"structure": spec.structure, "laws": laws, "truncation": int(truncation),
                        "tol": float(tol), "code": code_digest(), "sympy": sympy.__version__},

@@ -36,7 +36,7 @@ NOISE = "noise"          # [name]: ε ν_name(θ) (§7)
 
 # Column.source: how a CSV column is formed from the state (``args`` in brackets)
 STATE = "state"          # [i]: y_i
-CENTRED = "centred"      # [i, a, b]: y_i − y_a y_b  (p = q − tr·tr)
+CENTRED = "centred"      # [i, a, b(, c)]: y_i − c y_a y_b  (p = q − φ(Σ²) tr·tr; c = 1 if absent)
 THETA = "theta"          # [p]: θ_p at the slaved means
 OVERLAP = "overlap"      # [(i, j), (a, b), (c, e)]: (y_i + y_j) / √|(y_a + y_b)(y_c + y_e)|
 LOSS = "loss"            # []: Φ(θ)
@@ -104,7 +104,8 @@ class System(PicklesWithoutCaches):
 
     def word_names(self) -> list:
         """Names of the state entries: "1", the words, then m_<name> of the means."""
-        out = ["1"] + [word_name(w, self.spec.names) for w in self.words[1:]]
+        names = list(self.spec.names) + ["Sigma"]                 # the feature covariance's letter (K, "S")
+        out = ["1"] + [word_name(w, names) for w in self.words[1:]]
         return out + [f"m_{self.spec.names[k]}" for k in self.mean_indices]
 
     def spec_text(self) -> str:
@@ -120,15 +121,16 @@ def pack_terms(acc) -> np.ndarray:
     return T
 
 
-def pair_columns(spec, index, symmetric) -> list:
-    """q_<a>_<b> = Tr(S_a S_b)/d, p_<a>_<b> = q − tr_a tr_b, and for two untied indices
-    q1 = Tr(M_a M_bᵀ)/d, q2 = Tr(M_a M_b)/d (docs/interface.md); ``index``: word → state entry."""
+def pair_columns(spec, index, symmetric, sigma2: float = 1.0) -> list:
+    """q_<a>_<b> = Tr(S_a S_b)/d, p_<a>_<b> = q − φ(Σ²) tr_a tr_b (φ(Σ²) = 1 without a feature
+    covariance), and for two untied indices q1 = Tr(M_a M_bᵀ)/d, q2 = Tr(M_a M_b)/d (docs/interface.md);
+    ``index``: word → state entry."""
     names, cols = spec.names, []
     for k in range(spec.K):
         for l in range(k, spec.K):
             pair, q = f"{names[k]}_{names[l]}", index(((k, "S"), (l, "S")))
-            cols += [Column(f"q_{pair}", STATE, (q,)),
-                     Column(f"p_{pair}", CENTRED, (q, index(((k, "S"),)), index(((l, "S"),))))]
+            centre = (q, index(((k, "S"),)), index(((l, "S"),))) + (() if sigma2 == 1.0 else (float(sigma2),))
+            cols += [Column(f"q_{pair}", STATE, (q,)), Column(f"p_{pair}", CENTRED, centre)]
             if not symmetric[k] and not symmetric[l]:
                 cols += [Column(f"q1_{pair}", STATE, (index(((k, "S"), (l, "T"))),)), Column(f"q2_{pair}", STATE, (q,))]
     return cols

@@ -118,6 +118,8 @@ def derive_untied(spec, truncation: int | None = None, potential: Potential | No
                   nu: dict | None = None) -> System:
     """The untied slow hierarchy of a spec with at least one untied index (docs/theory.md §6)."""
     spec = load_spec(spec)
+    from ..method import check_hierarchy
+    check_hierarchy(spec)
     M = truncation or spec.truncation
     # flows that preserve the word length (direct, general S) close the system at M = 2 (§4)
     M = 2 if all(spec.indices[k].kind.closes for k in spec.students) else M

@@ -16,10 +16,17 @@ KINDS: dict = {k.name: k for k in (Direct(), General(), Tied(), Untied(), Identi
 
 
 def alphabet_of(spec):
-    """The word alphabet of a spec: each index's letters as its kind declares them."""
+    """The word alphabet of a spec: each index's letters as its kind declares them, and with a feature
+    covariance the frozen symmetric letter Σ = (K, "S") after them (docs/theory.md §1)."""
     from ..symbolic.words import Alphabet
-    return Alphabet([ix.symmetric for ix in spec.indices],
-                    ["".join(op for _, op in ix.kind.letters(k)) for k, ix in enumerate(spec.indices)])
+    extra = [] if spec.features.identity else [True]
+    return Alphabet([ix.symmetric for ix in spec.indices] + extra,
+                    ["".join(op for _, op in ix.kind.letters(k)) for k, ix in enumerate(spec.indices)] + ["S"] * len(extra))
 
-__all__ = ["KINDS", "Kind", "alphabet_of", "Direct", "General", "Tied", "Untied", "Identity", "factor_width", "goe", "transpose",
+
+def metric_letters(spec) -> tuple:
+    """The preconditioner's letters in the whitened hierarchy: () for Σ = I, else (Σ,) (``alphabet_of``)."""
+    return () if spec.features.identity else ((spec.K, "S"),)
+
+__all__ = ["KINDS", "Kind", "alphabet_of", "metric_letters", "Direct", "General", "Tied", "Untied", "Identity", "factor_width", "goe", "transpose",
            "diagonal_view"]

@@ -168,18 +168,27 @@ class Kind:
     def letters(self, k: int) -> tuple:
         return ((k, "S"),)
 
-    def letter_flow(self, k: int, K: int, cidx: dict, reps) -> dict:
+    def letter_flow(self, k: int, K: int, cidx: dict, symmetric, metric: tuple = ()) -> dict:
         """letter -> [(coefficient key, replacement letters, factor)] of its gradient flow.
 
-        ``reps(l)``: [(letters, weight)] standing for S_l (S_l itself; (M_l + M_lᵀ)/2 for a
-        non-symmetric S_l)."""
+        ``symmetric[l]``: whether S_l is symmetric (else S_l stands for (M_l + M_lᵀ)/2). ``metric``: the
+        letters of the preconditioner, () without a feature covariance, (Σ,) with one (the whitened
+        letters' flow, docs/theory.md §1)."""
         raise NotImplementedError
 
-    def fluctuation_forms(self, letter) -> list:
+    def fluctuation_forms(self, letter, metric: tuple = ()) -> list:
         """(left letters, 'd' for δ / 't' for δᵀ, right letters, coefficient/α) of a letter's
         first-order fluctuation under one SGD step (docs/theory.md §7)."""
         raise NotImplementedError
 
-    def second_order(self, letter) -> list:
-        """(coefficient/α², kinds, middle letters) of the term δ_a·middle·δ_b of one letter."""
+    def second_order(self, letter, metric: tuple = ()) -> list:
+        """(coefficient/α², kinds, middle letters, outer letters) of the term δ_a·middle·δ_b of one letter,
+        whose mean ν tr(middle)·outer replaces the letter (outer = () for the identity)."""
         raise NotImplementedError
+
+
+def _no_metric(metric) -> None:
+    """Kinds whose hierarchy does not carry a feature covariance (its letters are not symmetric; the
+    matrix-level flow does): ``derivation.untied`` refuses such a spec first, this guards the contract."""
+    if metric:
+        raise NotImplementedError("no moment hierarchy with a feature covariance for this kind")

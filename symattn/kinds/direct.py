@@ -47,15 +47,17 @@ class Direct(Dense):
     def _project(self, A):
         return 0.5 * (A + transpose(A))             # S stays symmetric: the gradient is symmetrised
 
-    # hierarchy: dS_k/dt = −2 Σ_l Γ_kl S_l − γ S_k (closed: word length is preserved)
-    def letter_flow(self, k, K, cidx, symmetric):
+    # hierarchy: dS_k/dt = −2 Σ_l Γ_kl S_l − γ S_k (closed: word length is preserved); whitened by Σ
+    # (``metric`` = (Σ,)): dS̃_k/dt = −2 Σ_l Γ_kl ΣS̃_lΣ − γ S̃_k (no longer closed)
+    def letter_flow(self, k, K, cidx, symmetric, metric=()):
         S = (k, "S")
-        items = [(cidx[f"Gamma_{k}_{l}"], r, -2.0 * w) for l in range(K) for r, w in _reps(l, symmetric)]
+        items = [(cidx[f"Gamma_{k}_{l}"], metric + r + metric, -2.0 * w)
+                 for l in range(K) for r, w in _reps(l, symmetric)]
         items.append((cidx["gamma"], (S,), -1.0))
         return {S: items}
 
-    def fluctuation_forms(self, letter):
-        return [((), "d", (), -1.0)]
+    def fluctuation_forms(self, letter, metric=()):
+        return [(metric, "d", metric, -1.0)]
 
-    def second_order(self, letter):
+    def second_order(self, letter, metric=()):
         return []

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .base import _no_metric
 from .dense import Dense
 
 
@@ -46,7 +47,8 @@ class General(Dense):
     def letters(self, k):
         return ((k, "S"), (k, "T"))
 
-    def letter_flow(self, k, K, cidx, symmetric):
+    def letter_flow(self, k, K, cidx, symmetric, metric=()):
+        _no_metric(metric)
         def L(l, op):
             return (l, "S") if symmetric[l] else (l, op)
 
@@ -59,8 +61,10 @@ class General(Dense):
             fT += [(o, (L(l, "T"),), -2.0), (p, (L(l, "S"),), -2.0)]
         return {S: fS, T: fT}
 
-    def fluctuation_forms(self, letter):
+    def fluctuation_forms(self, letter, metric=()):
+        _no_metric(metric)
         return [((), "d" if letter[1] == "S" else "t", (), -1.0)]
 
-    def second_order(self, letter):
+    def second_order(self, letter, metric=()):
+        _no_metric(metric)
         return []

@@ -111,23 +111,26 @@ class Tied(Kind):
         sv = np.linalg.svd(s["W"], compute_uv=False)
         return np.concatenate([np.zeros(max(dim - len(sv), 0)), sv[:dim] ** 2])
 
-    # hierarchy: dS_k/dt = −4 Σ_l Γ_kl (S_l S_k + S_k S_l) − 2γ S_k (package time)
-    def letter_flow(self, k, K, cidx, symmetric):
+    # hierarchy: dS_k/dt = −4 Σ_l Γ_kl (S_l S_k + S_k S_l) − 2γ S_k (package time); whitened by Σ
+    # (``metric`` = (Σ,)): dS̃_k/dt = −4 Σ_l Γ_kl (ΣS̃_l S̃_k + S̃_k S̃_l Σ) − 2γ S̃_k
+    def letter_flow(self, k, K, cidx, symmetric, metric=()):
         S = (k, "S")
         items = []
         for l in range(K):
             G = cidx[f"Gamma_{k}_{l}"]
             for r, w in _reps(l, symmetric):
-                items += [(G, r + (S,), -4.0 * w), (G, (S,) + r, -4.0 * w)]
+                items += [(G, metric + r + (S,), -4.0 * w), (G, (S,) + r + metric, -4.0 * w)]
         items.append((cidx["gamma"], (S,), -2.0))
         return {S: items}
 
-    def fluctuation_forms(self, letter):
+    def fluctuation_forms(self, letter, metric=()):
+        """S̃ ← (I − 2αΣĤ)S̃(I − 2αĤΣ): forms −2α(ΣδS̃ + S̃δΣ)."""
         S = (letter[0], "S")
-        return [((), "d", (S,), -2.0), ((S,), "d", (), -2.0)]
+        return [(metric, "d", (S,), -2.0), ((S,), "d", metric, -2.0)]
 
-    def second_order(self, letter):
-        return [(4.0, "dd", ((letter[0], "S"),))]
+    def second_order(self, letter, metric=()):
+        """4α²ΣδS̃δΣ, whose mean replaces the letter by ν tr(S̃) Σ²."""
+        return [(4.0, "dd", ((letter[0], "S"),), metric + metric)]
 
 
 def _reps(l, symmetric):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Kind, factor_width, transpose
+from .base import Kind, _no_metric, factor_width, transpose
 
 
 class Untied(Kind):
@@ -113,8 +113,9 @@ class Untied(Kind):
     def letters(self, k):
         return ((k, "S"), (k, "T"), (k, "A"), (k, "B"))
 
-    def letter_flow(self, k, K, cidx, symmetric):
+    def letter_flow(self, k, K, cidx, symmetric, metric=()):
         """Flows of M, Mᵀ, A = UUᵀ, B = VVᵀ (docs/theory.md §6): the fast mean enters through β_k."""
+        _no_metric(metric)
         def L(l, op):
             return (l, "S") if symmetric[l] else (l, op)
 
@@ -133,7 +134,8 @@ class Untied(Kind):
             fB += [(o, (Tl, M), -2.0), (o, (T, Ml), -2.0), (p, (Ml, M), -2.0), (p, (T, Tl), -2.0)]
         return {M: fM, T: fT, A: fA, B: fB}
 
-    def fluctuation_forms(self, letter):
+    def fluctuation_forms(self, letter, metric=()):
+        _no_metric(metric)
         k, op = letter
         M, T, A, B = (k, "S"), (k, "T"), (k, "A"), (k, "B")
         return {"S": [((), "d", (B,), -1.0), ((A,), "d", (), -1.0)],
@@ -141,7 +143,8 @@ class Untied(Kind):
                 "A": [((), "d", (T,), -1.0), ((M,), "t", (), -1.0)],
                 "B": [((), "t", (M,), -1.0), ((T,), "d", (), -1.0)]}[op]
 
-    def second_order(self, letter):
+    def second_order(self, letter, metric=()):
+        _no_metric(metric)
         k, op = letter
-        return {"S": [(1.0, "dd", ((k, "T"),))], "T": [(1.0, "tt", ((k, "S"),))],
-                "A": [(1.0, "dt", ((k, "B"),))], "B": [(1.0, "td", ((k, "A"),))]}[op]
+        return {"S": [(1.0, "dd", ((k, "T"),), ())], "T": [(1.0, "tt", ((k, "S"),), ())],
+                "A": [(1.0, "dt", ((k, "B"),), ())], "B": [(1.0, "td", ((k, "A"),), ())]}[op]
