@@ -36,7 +36,7 @@ import numpy as np
 from .errors import SpecError, UsageError
 from .files import atomic_write
 
-_GRID_KEYS = {"spec", "command", "time", "points", "grid", "executor", "log_time", "method"}
+_GRID_KEYS = {"spec", "command", "time", "points", "grid", "executor", "log_time", "method", "exact_finite_d"}
 _EXECUTOR_NAMES = ("local", "slurm")
 
 
@@ -61,6 +61,12 @@ def load_grid(path) -> dict:
     method = raw.get("method", "auto")
     if method not in METHODS:
         raise SpecError(f"{path}: method: expected one of {', '.join(METHODS)}, got {method!r}")
+    exact = raw.get("exact_finite_d", False)
+    if not isinstance(exact, bool):
+        raise SpecError(f"{path}: exact_finite_d: expected true or false, got {exact!r}")
+    if exact and (command != "theory" or "dim" not in raw.get("grid", {}) or method != "auto"):
+        raise SpecError(f"{path}: exact_finite_d: for command = \"theory\" with a grid.dim list and no method "
+                        f"(the exact flow at each d, as theory --dim D --exact-finite-d)")
     grid = raw.get("grid", {})
     if not isinstance(grid, dict) or not grid:
         raise SpecError(f"{path}: grid: expected a table of keys with lists of values")
@@ -80,7 +86,8 @@ def load_grid(path) -> dict:
     if not isinstance(points, int) or isinstance(points, bool) or points < 2:
         raise SpecError(f"{path}: points: expected a whole number >= 2")
     return {"spec": spec, "command": command, "time": float(time_), "points": points, "grid": grid,
-            "executor": ex, "log_time": bool(raw.get("log_time", False)), "method": method, "root": str(path.parent)}
+            "executor": ex, "log_time": bool(raw.get("log_time", False)), "method": method,
+            "exact_finite_d": exact, "root": str(path.parent)}
 
 
 def expand(grid: dict) -> list:
@@ -103,7 +110,7 @@ def expand(grid: dict) -> list:
         spec = specs[pkey]
         task = {"spec": grid["spec"], "settings": point, "dim": dim, "seed": seed, "command": grid["command"],
                 "time": grid["time"], "points": grid["points"], "log_time": grid["log_time"],
-                "method": grid.get("method", "auto"),
+                "method": grid.get("method", "auto"), "exact_finite_d": grid.get("exact_finite_d", False),
                 "spec_digest": spec.digest, "version": __version__}
         key = json.dumps({k: task[k] for k in task if k != "spec"}, sort_keys=True, default=repr)
         task["id"] = hashlib.sha256(key.encode()).hexdigest()[:20]
@@ -142,8 +149,12 @@ def run_task(task: dict, out) -> str:
 def _theory_table(spec, task: dict) -> dict:
     """A theory task: the method ``theory`` would use (``method.resolve``: the grid's ``method``, default auto —
     the closed hierarchy where it is exact, else the matrix level at the default size and rotations; the
-    hierarchy for log-spaced times), at the spec's ε at the task's d (its d-free value without one)."""
+    hierarchy for log-spaced times), at the spec's ε at the task's d (its d-free value without one); with
+    ``exact_finite_d`` the exact expected-gradient flow at the task's d from its seed's matrices."""
     from .method import DEFAULT_ROTATIONS, DEFAULT_SIZE, resolve
+    if task.get("exact_finite_d"):                 # theory --dim D --exact-finite-d --seed S
+        from .derivation.finite_d import solve_finite_d
+        return solve_finite_d(spec, task["dim"], time=task["time"], points=task["points"], seed=task["seed"])
     log_time = task.get("log_time", False)
     if resolve(spec, task.get("method", "auto")) == "spectral" and not log_time:
         from .spectral import solve_spectral

@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -154,3 +155,39 @@ def test_diverging_tasks_are_recorded_and_counted(tmp_path):
     assert 0 < table["diverged_at_min"][unstable[0]] < 0.05
     again = sweep(_grid(tmp_path, text), out, executor="local", jobs=1, progress=False)
     assert again["ran"] == 0
+
+
+def test_theory_tasks_run_what_theory_runs_and_tables_are_grid_values(tmp_path):
+    """A theory task is `theory`'s own run (auto: the matrix level for a tied student, the exact flow with
+    exact_finite_d), the law and the schedule may be grid values (tables), and collect writes them quoted."""
+    import csv
+
+    from symattn.derivation.finite_d import solve_finite_d
+    from symattn.method import DEFAULT_ROTATIONS, DEFAULT_SIZE
+    from symattn.spectral import solve_spectral
+    law = {"law": "two_level", "ratio": 3.0, "weight": 0.25}
+    sched = {"kind": "cosine", "horizon": 0.02}
+    text = ('spec = "tied_h2_L1_small"\ncommand = "theory"\ntime = 0.02\npoints = 3\n[grid]\n'
+            '"model.feature_covariance" = ["identity", {law = "two_level", ratio = 3.0, weight = 0.25}]\n'
+            '"training.schedule" = [{kind = "cosine", horizon = 0.02}]\n')
+    out = tmp_path / "th"
+    assert sweep(_grid(tmp_path, text), out, executor="local", jobs=1, progress=False)["tasks"] == 2
+    got = collect(out, per_seed=True)
+    spec = load_spec("tied_h2_L1_small", settings={"model.feature_covariance": law, "training.schedule": sched})
+    want = solve_spectral(spec, time=0.02, points=3, size=DEFAULT_SIZE, rotations=DEFAULT_ROTATIONS,
+                          epsilon=spec.epsilon(None), spectra=False).table
+    rows = [i for i, v in enumerate(got["model.feature_covariance"]) if v != "identity"]
+    assert np.allclose([got["q_student_teacher"][i] for i in rows], want["q_student_teacher"], rtol=0, atol=1e-12)
+    collect(out, out=tmp_path / "t.csv")
+    cells = list(csv.DictReader((tmp_path / "t.csv").open()))
+    assert {c["model.feature_covariance"] for c in cells} == {"identity", json.dumps(law, sort_keys=True)}
+    text_fd = text.replace('command = "theory"', 'command = "theory"\nexact_finite_d = true') + "dim = [12]\nseed = [1]\n"
+    out = tmp_path / "fd"
+    sweep(_grid(tmp_path, text_fd, "fd.toml"), out, executor="local", jobs=1, progress=False)
+    got = collect(out, per_seed=True)
+    rows = [i for i, v in enumerate(got["model.feature_covariance"]) if v != "identity"]
+    exact = solve_finite_d(spec, 12, time=0.02, points=3, seed=1)
+    assert np.allclose([got["q_student_student"][i] for i in rows], exact["q_student_student"], rtol=0, atol=1e-12)
+    bad = _grid(tmp_path, text.replace('command = "theory"', 'command = "theory"\nexact_finite_d = true'), "b.toml")
+    with pytest.raises(Exception, match="exact_finite_d"):
+        load_grid(bad)
