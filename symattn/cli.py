@@ -192,8 +192,6 @@ def cmd_derive(args):
     from .files import check_output_file
 
     spec = _load(args, dynamics=True)
-    from .method import check_hierarchy
-    check_hierarchy(spec)
     M = _truncation(args, spec)
     out = check_output_file(args.out or default_path(spec, M), "--out")
     system = derive(spec, M)

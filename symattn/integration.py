@@ -186,7 +186,8 @@ def integrate(system, time: float = 1.0, points: int = 51, init="free", dim: int
         warnings.warn(f"theory (M={system.truncation}) diverged at time {diverged:.4g}; "
                       f"rows after it are omitted (the truncation is invalid there)", RuntimeWarning, stacklevel=2)
     lower = system.truncation - 2
-    if check_truncation and lower >= 2:
+    from .derivation.hierarchy import min_truncation
+    if check_truncation and lower >= min_truncation(spec):
         other = retruncated(system, lower)
         y1 = initial(other, init, dim=dim, seed=seed) if isinstance(init, str) else restrict(system, y0, other)
         t1, Y1, _ = solve(other, y1, time, points, epsilon, log_time=log_time)

@@ -31,24 +31,8 @@ def resolve(spec, method: str = "auto", truncation=None) -> str:
         raise ValueError(f"method {method!r}: must be one of {', '.join(METHODS)}")
     if not spec.features.identity and method == "auto" and truncation is None:
         return "spectral"                  # with Σ no hierarchy closes (docs/theory.md §1)
-    if method == "moments" or truncation is not None:
-        check_hierarchy(spec)
     if method != "auto":
         return method
     if truncation is not None or all(spec.indices[k].kind.closes for k in spec.students):
         return "moments"
     return "spectral"
-
-
-def check_hierarchy(spec) -> None:
-    """The moment hierarchy carries a feature covariance as the letter Σ for symmetric indices (direct,
-    tied; docs/theory.md §1) but not for untied or general ones (their letters Mᵀ, A, B would need the
-    whitened fast phase): SpecError naming the key for those."""
-    if spec.features.identity or all(ix.symmetric for ix in spec.indices):
-        return
-    from .errors import SpecError
-    bad = next(ix for ix in spec.indices if not ix.symmetric)
-    raise SpecError(f"{spec.source}: model.feature_covariance = {spec.features.describe()}: the moment hierarchy "
-                    f"(--method moments, --truncation, derive) carries Σ for symmetric indices only, not for "
-                    f"{bad.name} ({bad.parameterization}); the matrix-level theory does (--method spectral, the "
-                    f"default)")

@@ -122,8 +122,10 @@ def pre_fast_state(system, init="free", dim=None, seed=0, means=None) -> np.ndar
 
 
 def fast_rate(system, y) -> dict:
-    """D_k = t^A_k + t^B_k of the trainable untied indices (§6)."""
-    return {k: y[system.index(((k, "A"),))] + y[system.index(((k, "B"),))] for k in system.mean_trainable}
+    """D_k = t^A_k + t^B_k of the trainable untied indices (§6); whitened μ(ΣA_k) + μ(ΣB_k) (§1)."""
+    from .kinds import metric_letters
+    m = metric_letters(system.spec)
+    return {k: y[system.index(m + ((k, "A"),))] + y[system.index(m + ((k, "B"),))] for k in system.mean_trainable}
 
 
 def relax(system, y, fast_time: float = 200.0) -> np.ndarray:

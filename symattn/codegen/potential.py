@@ -73,6 +73,7 @@ class CompiledPotential:
 def compiled_potential(spec, tol: float = 1e-8) -> CompiledPotential:
     """The compiled Φ, ∇Φ and ν of ``spec`` (module docstring); derived and compiled on first use."""
     from ..derivation import derive
+    from ..derivation.hierarchy import min_truncation
     from .systems import compiled
-    system = derive(spec, MIN_TRUNCATION, tol=tol)
+    system = derive(spec, max(MIN_TRUNCATION, min_truncation(spec)), tol=tol)
     return CompiledPotential(system, compiled(system))

@@ -35,9 +35,9 @@ S_l → (M_l + M_lᵀ)/2 for untied l.
 """
 from __future__ import annotations
 
-from ..kinds import alphabet_of
+from ..kinds import alphabet_of, metric_letters
 from ..spec import Spec, load_spec
-from .hierarchy import apply_flows
+from .hierarchy import apply_flows, closes, min_truncation, require_moments
 from .noise import noise_terms, nu_expectations, nu_names
 from .potential import Potential
 from .system import (
@@ -65,8 +65,10 @@ DESCRIPTION = "untied fast-mean/slow-moment hierarchy"
 
 def untied_coefficient_rules(spec, index, mean_trainable) -> tuple:
     """coef = [1, γ, β_k, GΩ_kl, GΨ_kl, Γ_kl (row-major), ε ν...]: β_k of a trainable untied k is the
-    mean force −ψ_k/D_k (module docstring), ψ_k over the words M_l B_k, A_k M_l, M_lᵀ B_k, A_k M_lᵀ."""
+    mean force −ψ_k/D_k (module docstring), ψ_k over the words M_l B_k, A_k M_l, M_lᵀ B_k, A_k M_lᵀ (whitened:
+    ΣM_l B_k, A_k M_l Σ, …, and D_k = μ(ΣB_k) + μ(A_kΣ), docs/theory.md §1)."""
     K, sym = spec.K, [ix.symmetric for ix in spec.indices]
+    m = metric_letters(spec)
     rules = [Coef("1", ONE), Coef("gamma", DECAY)]
     for k in range(K):
         if k not in mean_trainable:
@@ -75,8 +77,9 @@ def untied_coefficient_rules(spec, index, mean_trainable) -> tuple:
         A, B, parts = (k, "A"), (k, "B"), []
         for l in range(K):
             Ml, Tl = (l, "S"), ((l, "S") if sym[l] else (l, "T"))
-            parts += [("GO", l, index((Ml, B)), index((A, Ml))), ("GP", l, index((Tl, B)), index((A, Tl)))]
-        rules.append(Coef(f"beta_{k}", MEAN_FORCE, (k, tuple(parts), (index((A,)), index((B,))))))
+            parts += [("GO", l, index(m + (Ml, B)), index((A, Ml) + m)),
+                      ("GP", l, index(m + (Tl, B)), index((A, Tl) + m))]
+        rules.append(Coef(f"beta_{k}", MEAN_FORCE, (k, tuple(parts), (index((A,) + m), index(m + (B,))))))
     for mat in ("GO", "GP", "Gamma"):
         rules += [Coef(f"{mat}_{k}_{l}", GRADIENT, (mat, k, l)) for k in range(K) for l in range(K)]
     return tuple(rules) + tuple(Coef(n, NOISE, (n,)) for n in nu_names(spec))
@@ -88,7 +91,7 @@ def untied_letter_flows(spec: Spec, cidx: dict) -> dict:
     sym = [ix.symmetric for ix in spec.indices]
     flows = {}
     for k in spec.students:
-        flows.update(spec.indices[k].kind.letter_flow(k, spec.K, cidx, sym))
+        flows.update(spec.indices[k].kind.letter_flow(k, spec.K, cidx, sym, metric_letters(spec)))
     return flows
 
 
@@ -102,7 +105,7 @@ def untied_columns(spec, index, mean_state, theta_pos, symmetric) -> list:
             cols += [Column(f"m_{name}", THETA, (theta_pos[f"m_{name}"],)),
                      Column(f"trA_{name}", STATE, (index(((k, "A"),)),)),
                      Column(f"trB_{name}", STATE, (index(((k, "B"),)),))]
-    cols += pair_columns(spec, index, symmetric)
+    cols += pair_columns(spec, index, symmetric, spec.features.second_moment)
 
     def sym_product(k, l):          # Tr((M_k + M_kᵀ)(M_l + M_lᵀ))/d = 2(q1_kl + q2_kl)
         return index(((k, "S"), (l, "T"))), index(((k, "S"), (l, "S")))
@@ -118,11 +121,14 @@ def derive_untied(spec, truncation: int | None = None, potential: Potential | No
                   nu: dict | None = None) -> System:
     """The untied slow hierarchy of a spec with at least one untied index (docs/theory.md §6)."""
     spec = load_spec(spec)
-    from ..method import check_hierarchy
-    check_hierarchy(spec)
     M = truncation or spec.truncation
-    # flows that preserve the word length (direct, general S) close the system at M = 2 (§4)
-    M = 2 if all(spec.indices[k].kind.closes for k in spec.students) else M
+    # flows that preserve the word length (direct, general S) close the system at M = 2 (§4), not with Σ (§1)
+    M = 2 if closes(spec) else M
+    require_moments(spec, M)
+    if M < min_truncation(spec):
+        from ..errors import SpecError
+        raise SpecError(f"{spec.source}: theory.truncation: M = {M}; with model.feature_covariance the untied mean "
+                        f"force needs the words ΣM_lB_k (M ≥ 3)")
     P = potential or Potential(spec)
     alphabet = alphabet_of(spec)
     words = [()] + alphabet.words(M)
@@ -136,7 +142,7 @@ def derive_untied(spec, truncation: int | None = None, potential: Potential | No
     rules = untied_coefficient_rules(spec, index, trainable)
     cidx = {c.name: i for i, c in enumerate(rules)}
     acc = apply_flows(words, alphabet, untied_letter_flows(spec, cidx), M)
-    for key, val in noise_terms(spec, words, alphabet, cidx, M).items():
+    for key, val in noise_terms(spec, words, alphabet, cidx, M, metric_letters(spec)).items():
         acc[key] += val
     nu = nu if nu is not None else nu_expectations(P)
     theta_words = []

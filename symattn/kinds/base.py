@@ -186,9 +186,3 @@ class Kind:
         whose mean ν tr(middle)·outer replaces the letter (outer = () for the identity)."""
         raise NotImplementedError
 
-
-def _no_metric(metric) -> None:
-    """Kinds whose hierarchy does not carry a feature covariance (its letters are not symmetric; the
-    matrix-level flow does): ``derivation.untied`` refuses such a spec first, this guards the contract."""
-    if metric:
-        raise NotImplementedError("no moment hierarchy with a feature covariance for this kind")

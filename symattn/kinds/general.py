@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import _no_metric
 from .dense import Dense
 
 
@@ -48,23 +47,21 @@ class General(Dense):
         return ((k, "S"), (k, "T"))
 
     def letter_flow(self, k, K, cidx, symmetric, metric=()):
-        _no_metric(metric)
+        """Ṡ = −2 Σ_l (GΩ_kl S_l + GΨ_kl S_lᵀ) − γS; whitened (``metric`` = (Σ,)) the gradient part is Σ(…)Σ."""
         def L(l, op):
-            return (l, "S") if symmetric[l] else (l, op)
+            return metric + ((l, "S") if symmetric[l] else (l, op),) + metric
 
         S, T, g = (k, "S"), (k, "T"), cidx["gamma"]
         fS = [(g, (S,), -1.0)]
         fT = [(g, (T,), -1.0)]
         for l in range(K):
             o, p = cidx[f"GO_{k}_{l}"], cidx[f"GP_{k}_{l}"]
-            fS += [(o, (L(l, "S"),), -2.0), (p, (L(l, "T"),), -2.0)]
-            fT += [(o, (L(l, "T"),), -2.0), (p, (L(l, "S"),), -2.0)]
+            fS += [(o, L(l, "S"), -2.0), (p, L(l, "T"), -2.0)]
+            fT += [(o, L(l, "T"), -2.0), (p, L(l, "S"), -2.0)]
         return {S: fS, T: fT}
 
     def fluctuation_forms(self, letter, metric=()):
-        _no_metric(metric)
-        return [((), "d" if letter[1] == "S" else "t", (), -1.0)]
+        return [(metric, "d" if letter[1] == "S" else "t", metric, -1.0)]
 
     def second_order(self, letter, metric=()):
-        _no_metric(metric)
         return []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Kind, _no_metric, factor_width, transpose
+from .base import Kind, factor_width, transpose
 
 
 class Untied(Kind):
@@ -114,37 +114,45 @@ class Untied(Kind):
         return ((k, "S"), (k, "T"), (k, "A"), (k, "B"))
 
     def letter_flow(self, k, K, cidx, symmetric, metric=()):
-        """Flows of M, Mᵀ, A = UUᵀ, B = VVᵀ (docs/theory.md §6): the fast mean enters through β_k."""
-        _no_metric(metric)
+        """Flows of M, Mᵀ, A = UUᵀ, B = VVᵀ (docs/theory.md §6): the fast mean enters through β_k. Whitened
+        (``metric`` = (Σ,)): U̇ = Σ(−β̃V − 2XV) − γU, V̇ = Σ(−β̃U − 2XᵀU) − γV, so each term of U̇·or ·U̇ᵀ takes Σ
+        on the side of the gradient (e.g. Ṁ = −β(ΣB + AΣ) − 2(ΣXB + AXΣ) − 2γM)."""
         def L(l, op):
             return (l, "S") if symmetric[l] else (l, op)
 
+        def left(*w):                      # a term U̇·(…): Σ before it
+            return metric + w
+
+        def right(*w):                     # a term (…)·U̇ᵀ: Σ after it
+            return w + metric
+
         b, g = cidx[f"beta_{k}"], cidx["gamma"]
         M, T, A, B = (k, "S"), (k, "T"), (k, "A"), (k, "B")
-        fM = [(b, (A,), -1.0), (b, (B,), -1.0), (g, (M,), -2.0)]
-        fT = [(b, (A,), -1.0), (b, (B,), -1.0), (g, (T,), -2.0)]
-        fA = [(b, (M,), -1.0), (b, (T,), -1.0), (g, (A,), -2.0)]
-        fB = [(b, (M,), -1.0), (b, (T,), -1.0), (g, (B,), -2.0)]
+        fM = [(b, right(A), -1.0), (b, left(B), -1.0), (g, (M,), -2.0)]
+        fT = [(b, left(A), -1.0), (b, right(B), -1.0), (g, (T,), -2.0)]
+        fA = [(b, right(M), -1.0), (b, left(T), -1.0), (g, (A,), -2.0)]
+        fB = [(b, left(M), -1.0), (b, right(T), -1.0), (g, (B,), -2.0)]
         for l in range(K):
             o, p = cidx[f"GO_{k}_{l}"], cidx[f"GP_{k}_{l}"]
             Ml, Tl = L(l, "S"), L(l, "T")
-            fM += [(o, (Ml, B), -2.0), (o, (A, Ml), -2.0), (p, (Tl, B), -2.0), (p, (A, Tl), -2.0)]
-            fT += [(o, (B, Tl), -2.0), (o, (Tl, A), -2.0), (p, (B, Ml), -2.0), (p, (Ml, A), -2.0)]
-            fA += [(o, (Ml, T), -2.0), (o, (M, Tl), -2.0), (p, (Tl, T), -2.0), (p, (M, Ml), -2.0)]
-            fB += [(o, (Tl, M), -2.0), (o, (T, Ml), -2.0), (p, (Ml, M), -2.0), (p, (T, Tl), -2.0)]
+            fM += [(o, left(Ml, B), -2.0), (o, right(A, Ml), -2.0), (p, left(Tl, B), -2.0), (p, right(A, Tl), -2.0)]
+            fT += [(o, right(B, Tl), -2.0), (o, left(Tl, A), -2.0), (p, right(B, Ml), -2.0), (p, left(Ml, A), -2.0)]
+            fA += [(o, left(Ml, T), -2.0), (o, right(M, Tl), -2.0), (p, left(Tl, T), -2.0), (p, right(M, Ml), -2.0)]
+            fB += [(o, left(Tl, M), -2.0), (o, right(T, Ml), -2.0), (p, left(Ml, M), -2.0), (p, right(T, Tl), -2.0)]
         return {M: fM, T: fT, A: fA, B: fB}
 
     def fluctuation_forms(self, letter, metric=()):
-        _no_metric(metric)
+        """U ← U − αΣĤV, V ← V − αΣĤᵀU (Σ = I without a feature covariance): M: −α(ΣδB + AδΣ), …"""
         k, op = letter
-        M, T, A, B = (k, "S"), (k, "T"), (k, "A"), (k, "B")
-        return {"S": [((), "d", (B,), -1.0), ((A,), "d", (), -1.0)],
-                "T": [((B,), "t", (), -1.0), ((), "t", (A,), -1.0)],
-                "A": [((), "d", (T,), -1.0), ((M,), "t", (), -1.0)],
-                "B": [((), "t", (M,), -1.0), ((T,), "d", (), -1.0)]}[op]
+        M, T, A, B, m = (k, "S"), (k, "T"), (k, "A"), (k, "B"), metric
+        return {"S": [(m, "d", (B,), -1.0), ((A,), "d", m, -1.0)],
+                "T": [((B,), "t", m, -1.0), (m, "t", (A,), -1.0)],
+                "A": [(m, "d", (T,), -1.0), ((M,), "t", m, -1.0)],
+                "B": [(m, "t", (M,), -1.0), ((T,), "d", m, -1.0)]}[op]
 
     def second_order(self, letter, metric=()):
-        _no_metric(metric)
+        """M: α²ΣδMᵀδΣ (mean ν tr(Mᵀ)Σ² in place of the letter), Mᵀ: ΣδᵀMδᵀΣ, A: ΣδBδᵀΣ, B: ΣδᵀAδΣ."""
         k, op = letter
-        return {"S": [(1.0, "dd", ((k, "T"),), ())], "T": [(1.0, "tt", ((k, "S"),), ())],
-                "A": [(1.0, "dt", ((k, "B"),), ())], "B": [(1.0, "td", ((k, "A"),), ())]}[op]
+        mm = metric + metric
+        return {"S": [(1.0, "dd", ((k, "T"),), mm)], "T": [(1.0, "tt", ((k, "S"),), mm)],
+                "A": [(1.0, "dt", ((k, "B"),), mm)], "B": [(1.0, "td", ((k, "A"),), mm)]}[op]
