@@ -76,49 +76,44 @@ def run_free(out: Path, T: float, points: int) -> None:
 
 def run_theory(out: Path, dims, acts, seeds, T, points) -> None:
     from symattn import load_spec
-    from symattn.errors import NumericalFailure
     from symattn.spectral import solve_spectral
-    for d in dims:
-        for act in acts:
-            for s in range(seeds):
-                path = out / f"theory_{act}_d{d}_s{s}.json"
-                if path.exists():
-                    continue
-                sp = load_spec(spec(act))
-                t0 = time.perf_counter()
-                try:
-                    th = solve_spectral(sp, time=T, points=points, size=d, seed=s, init="sample",
-                                        epsilon=sp.epsilon(d), spectra=False, noise_realisations=2,
-                                        noise_antithetic=True)
-                    rec = {"time": th.table["time"].tolist(), "overlap": overlap(th.table).tolist()}
-                except NumericalFailure as exc:
-                    rec = {"time": [], "overlap": [], "diverged_at": exc.time}
-                rec.update(kind="theory", act=act, dim=d, seed=s, wall_s=time.perf_counter() - t0)
-                rec["escape"] = escape(rec["time"], rec["overlap"]) if rec["time"] else None
-                _save(path, rec)
-                print(f"theory {act} d={d} seed={s}: escape {rec['escape']}, {rec['wall_s']:.0f} s", flush=True)
+
+    def table(act, d, s):
+        sp = load_spec(spec(act))
+        return solve_spectral(sp, time=T, points=points, size=d, seed=s, init="sample", epsilon=sp.epsilon(d),
+                              spectra=False, noise_realisations=2, noise_antithetic=True).table
+    _runs(out, "theory", dims, acts, seeds, table)
 
 
 def run_sgd(out: Path, dims, acts, seeds, T, points) -> None:
     import symattn
+
+    def table(act, d, s):
+        return symattn.simulate(spec(act), dim=d, seeds=1, seed0=s, time=T, points=points, dtype="float32",
+                                test_samples=0, progress=False, workers=1).table
+    _runs(out, "sgd", dims, acts, seeds, table)
+
+
+def _runs(out: Path, kind: str, dims, acts, seeds, table) -> None:
+    """Each (d, activation, seed) not yet stored: ``table(act, d, seed)``'s overlap and escape time, or the
+    divergence time of a numerical failure, as ``<kind>_<act>_d<d>_s<seed>.json``."""
     from symattn.errors import NumericalFailure
     for d in dims:
         for act in acts:
             for s in range(seeds):
-                path = out / f"sgd_{act}_d{d}_s{s}.json"
+                path = out / f"{kind}_{act}_d{d}_s{s}.json"
                 if path.exists():
                     continue
                 t0 = time.perf_counter()
                 try:
-                    res = symattn.simulate(spec(act), dim=d, seeds=1, seed0=s, time=T, points=points,
-                                           dtype="float32", test_samples=0, progress=False, workers=1)
-                    rec = {"time": res.table["time"].tolist(), "overlap": overlap(res.table).tolist()}
+                    tab = table(act, d, s)
+                    rec = {"time": tab["time"].tolist(), "overlap": overlap(tab).tolist()}
                 except NumericalFailure as exc:
                     rec = {"time": [], "overlap": [], "diverged_at": exc.time}
-                rec.update(kind="sgd", act=act, dim=d, seed=s, wall_s=time.perf_counter() - t0)
+                rec.update(kind=kind, act=act, dim=d, seed=s, wall_s=time.perf_counter() - t0)
                 rec["escape"] = escape(rec["time"], rec["overlap"]) if rec["time"] else None
                 _save(path, rec)
-                print(f"sgd {act} d={d} seed={s}: escape {rec['escape']}, {rec['wall_s']:.0f} s", flush=True)
+                print(f"{kind} {act} d={d} seed={s}: escape {rec['escape']}, {rec['wall_s']:.0f} s", flush=True)
 
 
 def summary(out: Path, figure: str | None) -> None:
