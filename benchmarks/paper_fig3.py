@@ -15,10 +15,16 @@ fits τ_esc = a + b ln d to the per-d means of theory and SGD (a weak-recovery e
 overlap grows like ln d at a fixed rate) and draws the figure.
 
     python benchmarks/paper_fig3.py free
-    python benchmarks/paper_fig3.py theory --dims 100,200,400,800 --acts h1,h2,h3 --seeds 2
-    python benchmarks/paper_fig3.py sgd --dims 100,200 --acts h1,h2,h3 --seeds 2
-    python benchmarks/paper_fig3.py sgd --dims 400 --acts h2 --seeds 1 --time 0.75
-    python benchmarks/paper_fig3.py summary [--figure docs/figures/paper_fig3.png]
+    python benchmarks/paper_fig3.py sgd --dims 100,200
+    python benchmarks/paper_fig3.py theory --dims 100,200,400 --acts h1,h2
+    python benchmarks/paper_fig3.py theory --dims 100,200,400 --acts h3 --time 3 --points 61
+    python benchmarks/paper_fig3.py theory --dims 800 --acts h1 --time 0.3 --points 31
+    python benchmarks/paper_fig3.py theory --dims 800 --acts h2 --time 1.6 --points 33
+    python benchmarks/paper_fig3.py sgd --dims 400 --acts h2 --seeds 1 --time 0.75 --points 31
+    python benchmarks/paper_fig3.py sgd --dims 400 --acts h3 --seeds 1 --time 1.5 --points 31
+    python benchmarks/paper_fig3.py summary --figure docs/figures/paper_fig3.png
+
+(the results page's numbers; ≈ 120 CPU-minutes, the two d = 400 SGD runs 1289 s and 2572 s of them).
 """
 from __future__ import annotations
 
