@@ -191,8 +191,10 @@ def cmd_derive(args):
     from .derivation import derive
     from .files import check_output_file
 
+    from .derivation.hierarchy import require_moments
     spec = _load(args, dynamics=True)
     M = _truncation(args, spec)
+    require_moments(spec, M)
     out = check_output_file(args.out or default_path(spec, M), "--out")
     system = derive(spec, M)
     path = write_module(source(system), out)

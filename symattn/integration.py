@@ -174,8 +174,10 @@ def integrate(system, time: float = 1.0, points: int = 51, init="free", dim: int
     time where observables differ by more than ``gap_tol·(1 + |value|)`` is reported. ``log_time``:
     log-spaced output times (``time_grid``).
     """
+    from .derivation.hierarchy import min_truncation, require_moments
     from .reference import initial, observables, restrict
     spec = system.spec
+    require_moments(spec, system.truncation)
     if epsilon is None:
         epsilon = spec.epsilon(dim) if system.supports_noise else 0.0
     y0 = initial(system, init, dim=dim, seed=seed)
@@ -186,7 +188,6 @@ def integrate(system, time: float = 1.0, points: int = 51, init="free", dim: int
         warnings.warn(f"theory (M={system.truncation}) diverged at time {diverged:.4g}; "
                       f"rows after it are omitted (the truncation is invalid there)", RuntimeWarning, stacklevel=2)
     lower = system.truncation - 2
-    from .derivation.hierarchy import min_truncation
     if check_truncation and lower >= min_truncation(spec):
         other = retruncated(system, lower)
         y1 = initial(other, init, dim=dim, seed=seed) if isinstance(init, str) else restrict(system, y0, other)

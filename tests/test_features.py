@@ -368,3 +368,17 @@ def test_untied_hierarchy_with_features_starts_as_the_matrix_level():
     for c, w in (("trA_student", ((0, "A"),)), ("q1_student_student", ((0, "S"), (0, "T"))),
                  ("q2_student_student", ((0, "S"), (0, "S")))):
         assert (th.table[c][1] - th.table[c][0]) / h == pytest.approx(slope[system.index(w)], rel=0.02), c
+
+
+def test_matrix_level_runs_where_the_hierarchy_cannot(capsys):
+    """Untied h2 with a power law a = 0.4 (φ(Σ³) = ∞): the hierarchy is refused at every truncation (it needs
+    M ≥ 3), the default matrix-level theory runs (its compiled Φ does not need the words' moments)."""
+    law = '{law="power",exponent=0.4}'
+    code = main(["theory", "untied_h2_L1", "--method", "moments", "--time", "0.01", "--quiet", "--set",
+                 f"model.feature_covariance={law}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "φ(Σ^n)" in err[0], err
+    code = main(["theory", "untied_h2_L1", "--time", "0.002", "--points", "2", "--size", "16", "--quiet", "--set",
+                 f"model.feature_covariance={law}"])
+    out = capsys.readouterr().out
+    assert code == 0 and "overlap_student_teacher" in out.splitlines()[0]

@@ -71,7 +71,9 @@ def min_truncation(spec) -> int:
 
 def require_moments(spec, M: int) -> None:
     """SpecError unless Σ's law has the moments φ(Σ^n), n ≤ M, that the whitened words of length ≤ M need
-    (``symbolic.metric``; a power law's are infinite from n = 1/a on)."""
+    (``symbolic.metric``; a power law's are infinite from n = 1/a on). Asked where a hierarchy's moments are
+    used (``integrate``, ``derive`` on the command line), not where only its Φ, ∇Φ, ν are (the matrix level's
+    compiled potential)."""
     top = spec.features.finite_moments()
     if M > top:
         from ..errors import SpecError
@@ -100,7 +102,6 @@ def derive_symmetric(spec, truncation: int | None = None, potential: Potential |
         raise NotImplementedError("untied indices: use derive.untied")
     # flows that preserve the word length (direct S) close the system at M = 2 (§4) — not with Σ letters
     M = 2 if closes(spec) else M
-    require_moments(spec, M)
     words = [()] + alphabet.words(M)
     rules = symmetric_coefficient_rules(spec)
     cidx = {c.name: i for i, c in enumerate(rules)}

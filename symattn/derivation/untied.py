@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from ..kinds import alphabet_of, metric_letters
 from ..spec import Spec, load_spec
-from .hierarchy import apply_flows, closes, min_truncation, require_moments
+from .hierarchy import apply_flows, closes, min_truncation
 from .noise import noise_terms, nu_expectations, nu_names
 from .potential import Potential
 from .system import (
@@ -124,7 +124,6 @@ def derive_untied(spec, truncation: int | None = None, potential: Potential | No
     M = truncation or spec.truncation
     # flows that preserve the word length (direct, general S) close the system at M = 2 (§4), not with Σ (§1)
     M = 2 if closes(spec) else M
-    require_moments(spec, M)
     if M < min_truncation(spec):
         from ..errors import SpecError
         raise SpecError(f"{spec.source}: theory.truncation: M = {M}; with model.feature_covariance the untied mean "
