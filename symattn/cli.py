@@ -189,9 +189,8 @@ def cmd_derive(args):
     from .codegen.load import default_path, write_module
     from .codegen.systems import source
     from .derivation import derive
-    from .files import check_output_file
-
     from .derivation.hierarchy import require_moments
+    from .files import check_output_file
     spec = _load(args, dynamics=True)
     M = _truncation(args, spec)
     require_moments(spec, M)
