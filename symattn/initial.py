@@ -54,7 +54,7 @@ def initial_order_parameters(spec) -> dict:
     from .symbolic.gaussian import OrderParameters
 
     spec = load_spec(spec)
-    out = {}
+    out, words = {}, {}
     for name in OrderParameters(spec).names:
         kind, *pair = name.split("_")
         ks = [spec.names.index(n) for n in pair]
@@ -62,12 +62,8 @@ def initial_order_parameters(spec) -> dict:
             out[name] = 0.0
             continue
         a, b = ks
-        second = {"q": "S", "q1": "T", "q2": "S"}[kind]
-        XY = float(freeprob.free_moment(((a, "S"), (b, second)), laws(spec)))
-        if not spec.features.identity:       # φ(ΣXΣY) = φ(Σ²)φ(X)φ(Y) + φ(XY) − φ(X)φ(Y), Σ free from {X, Y}
-            X, Y = (float(freeprob.free_moment(((k, "S"),), laws(spec))) for k in (a, b))
-            XY += (spec.features.second_moment - 1.0) * X * Y
-        out[name] = XY
+        words[name] = ((a, "S"), (b, {"q": "S", "q1": "T", "q2": "S"}[kind]))     # whitened with Σ (free_moments)
+    out.update((n, float(v)) for n, v in zip(words, free_moments(spec, list(words.values()))))
     return out
 
 
