@@ -49,7 +49,8 @@ For a GOE, ``E[Ξ_ab Ξ_cd] = s²(δ_ac δ_bd + δ_ad δ_bc)`` gives ``E Tr(XΞY
 and ``E[ΞYΞ] = s²(Tr Y·I + Y)``, hence ``s² = ε ν dt / N``: ``dΞ_k = √(ε dt/N) Σ_m C_km Z_m`` with
 independent ``Z_m = (G + Gᵀ)/√2`` (G i.i.d. N(0, 1), so ``E[Z_ab Z_cd] = δ_ac δ_bd + δ_ad δ_bc``) and
 ``C Cᵀ = ν`` (Cholesky of the trainable ν matrix at the current q; eigenvalue-clipped square root if
-ν is not numerically positive definite). The drift takes adaptive Cash–Karp steps; the exact
+ν is not numerically positive definite). The drift takes adaptive embedded Runge–Kutta steps
+(``symattn.stepping``: Bogacki–Shampine 3(2), Cash–Karp 5(4) once a step is rejected); the exact
 SGD-shaped noise map
 
     tied    W_k ← (I − 2 dΞ_k) W_k      ⇔  S_k ← (I − 2dΞ_k) S_k (I − 2dΞ_k)
@@ -84,6 +85,7 @@ from .derivation.means import relax_means, solve_means
 from .errors import ExpectationUndefined, NumericalFailure, UsageError
 from .matrix import Mat, from_state, inner, pair_trace, stack
 from .spec import Spec, load_spec
+from .stepping import BogackiShampine, CashKarp
 from .symbolic.spectra import (  # noqa: F401 (re-exported)
     free_poisson_density,
     free_poisson_moments,
@@ -502,6 +504,25 @@ def _integrate(spec, P, N, seeds, times, method, rtol, atol, spectra=True, init=
 
 
 # ============================================================================ SGD noise (stochastic flow)
+def _gaussian_pair_sum(rng, n: int, sign: float) -> np.ndarray:
+    """(G + sign·Gᵀ)/√2 for G with i.i.d. N(0, 1) entries, drawn as its upper triangle: off the diagonal i.i.d.
+    N(0, 1) (mirrored, times sign), on it √2·N(0, 1) for sign +1 and 0 for −1 — half the Gaussian draws."""
+    upper = _UPPER.get(n)
+    if upper is None:
+        i, j = np.triu_indices(n, 1)
+        upper = _UPPER[n] = i * n + j
+    Z = np.zeros(n * n)
+    Z[upper] = rng.standard_normal(upper.size)
+    Z = Z.reshape(n, n)
+    Z += sign * Z.T
+    if sign > 0:
+        Z.flat[::n + 1] = math.sqrt(2.0) * rng.standard_normal(n)
+    return Z
+
+
+_UPPER: dict = {}      # n → flat indices of the strict upper triangle of an n × n matrix
+
+
 class _Noise:
     """Gaussian-equivalent SGD noise of the trainable indices (module docstring, "SGD noise") for the
     flow's batch of realisations: realisation r draws from ``rngs[r]`` with sign ``signs[r]``
@@ -570,16 +591,16 @@ class _Noise:
         size = blocks or N
         out = [np.zeros((R, N, N)) for _ in range(n)]
         for r in range(R):
-            rng, scale = self.rngs[r], self.signs[r] * math.sqrt(self.eps * dt / size) / math.sqrt(2.0)
+            rng, scale = self.rngs[r], self.signs[r] * math.sqrt(self.eps * dt / size)
             for C, s in ((Cs[r], 1.0), (Ca[r], -1.0)):
                 if not np.any(C):
                     continue
                 for m in range(n):
                     if blocks:
-                        G = block_diag(*(rng.standard_normal((size, size)) for _ in range(2)))
+                        Z = block_diag(*(_gaussian_pair_sum(rng, size, s) for _ in range(2)))
                     else:
-                        G = rng.standard_normal((N, N))
-                    Z = (G + s * G.T) * scale
+                        Z = _gaussian_pair_sum(rng, N, s)
+                    Z *= scale
                     for i in range(n):
                         if C[i, m] != 0.0:
                             out[i][r] += C[i, m] * Z
@@ -599,35 +620,11 @@ SPLIT_STEP = 0.04      # relative change of the trained parameters per step; wit
                        # effect of tests/test_spectral_noise.py is the same (within 0.2 %) at 0.01, 0.02, 0.04
 
 
-class CashKarp:
-    """Cash & Karp's embedded 5(4) pair (ACM TOMS 16 (1990) 201), propagating its 4th-order solution
-    (the Fehlberg mode): six evaluations a step, none shared with the next step (the noise map comes in
-    between), and a real stability interval [−4.21, 0] against Dormand–Prince's [−3.31, 0] in seven
-    (measured on the stiff tied h2 flow, N = 200, τ ≤ 2: 777 evaluations against 1 002). ``E`` = b5 − b4 estimates its error."""
-    C = np.array([0.0, 1 / 5, 3 / 10, 3 / 5, 1.0, 7 / 8])
-    A = np.array([[0, 0, 0, 0, 0],
-                  [1 / 5, 0, 0, 0, 0],
-                  [3 / 40, 9 / 40, 0, 0, 0],
-                  [3 / 10, -9 / 10, 6 / 5, 0, 0],
-                  [-11 / 54, 5 / 2, -70 / 27, 35 / 27, 0],
-                  [1631 / 55296, 175 / 512, 575 / 13824, 44275 / 110592, 253 / 4096]])
-    B = np.array([2825 / 27648, 0, 18575 / 48384, 13525 / 55296, 277 / 14336, 1 / 4])
-    E = np.array([37 / 378, 0, 250 / 621, 125 / 594, 0, 512 / 1771]) - B
-    order = 4
-
-
-NOISE_TABLEAU = CashKarp
-EXPONENT = -1.0 / (NOISE_TABLEAU.order + 1)
-
-
-def _embedded_step(f, t, y, h, k1, K, tab=NOISE_TABLEAU):
-    """One step of an embedded explicit Runge–Kutta pair without a shared last stage (tableau ``tab``):
-    (y_new, error vector). ``K``: a (stages × y.size) buffer for the stages, so that each combination
-    is one GEMV."""
-    K[0] = k1
-    for s in range(1, len(tab.B)):
-        K[s] = f(t + tab.C[s] * h, y + (h * tab.A[s, :s]) @ K[:s])
-    return y + (h * tab.B) @ K, (h * tab.E) @ K
+# The drift's embedded pair (symattn.stepping): Bogacki–Shampine 3(2) (four evaluations a step) while the caps bound
+# its steps (the output knots, the noise and splitting caps), Cash–Karp 5(4) (six, 4th order, a stability interval
+# 1.7× as long) from the first step it rejects or its error control shortens: where stability or accuracy bound the
+# steps (the stiff tied h2 flow, long horizons) Cash–Karp takes fewer evaluations.
+DRIFTS = (BogackiShampine, CashKarp)
 
 
 KNOTS = 8              # a noise path's drift steps are at most horizon/KNOTS: its outputs are interpolated between ≥ 9 knots
@@ -636,9 +633,9 @@ PASS_TOL = 3e-3        # a step passes over output times only where the knots in
 
 
 def _integrate_noisy(spec, P, nu, N, seeds, times, epsilon, rngs, dt_max, spectra=True, signs=None, init="free",
-                     rtol=1e-4, odd=(), land=None):
+                     rtol=1e-4, odd=(), land=None, follow=None):
     """Noise paths of the stochastic flow, one per entry of ``seeds`` (its initial realisation) and ``rngs``
-    (its noise stream; ``signs``: ±1 each, antithetic pairs), integrated as one batch with common steps: adaptive Cash–Karp 5(4) steps of the drift (error
+    (its noise stream; ``signs``: ±1 each, antithetic pairs), integrated as one batch with common steps: adaptive steps of the drift (``DRIFTS``; error
     control at ``rtol``; a step is also kept ≤ NOISE_STEP/(εν_max), ≤ SPLIT_STEP/(relative speed of the
     trained parameters, each array's divided by its kind's ``split_degree``), ≤ ``dt_max`` and ≤ the
     horizon/KNOTS), the noise maps in the symmetric (Strang) order around them (Itô: ν at the state each
@@ -651,8 +648,13 @@ def _integrate_noisy(spec, P, nu, N, seeds, times, epsilon, rngs, dt_max, spectr
     through the four nearest knots between them (an O(h⁴) error of the mean path, far below its O(1/N)
     error; docs/theory.md §7): the steps follow the flow, not the output grid — 10 steps instead of 53
     output-bound ones on the README example. With ``land`` (default ``spectra``: all paths of a run alike)
-    every output time is a knot, where the eigenvalues are recorded."""
+    every output time is a knot, where the eigenvalues are recorded. With ``follow`` (the knots of another
+    run: the N/2 error run follows the N run's) the steps land on those times and pass over the outputs
+    between them without the interpolation test, which the noisier paths at N/2 would fail more often than
+    the N run's do (19 steps instead of 11 on the README example). Returns (table, spectra, evaluations,
+    steps, knots)."""
     land = spectra if land is None else land
+    follow = None if follow is None else [float(k) for k in follow]
     flow = _start(spec, P, N, seeds, init, odd)
     noise = _Noise(flow, nu, epsilon, rngs, signs)
     theta0 = flow.theta(flow.mats, 0.0)[0][0]
@@ -702,7 +704,8 @@ def _integrate_noisy(spec, P, nu, N, seeds, times, epsilon, rngs, dt_max, spectr
         return y, NOISE_STEP / (noise.eps * nu_max * rate)
 
     record(y, t)
-    stages = np.empty((len(NOISE_TABLEAU.B), y.size))
+    stages = np.empty((max(len(m.B) for m in DRIFTS), y.size))
+    pair = {"method": DRIFTS[0]}
     h_max = min(dt_max or np.inf, (T - t) / KNOTS) if T > t else np.inf
     steps, s = 0, t                           # s: the noise clock (≥ t; ahead only after a rejected step)
     k1 = flow.rhs(t, y)
@@ -712,15 +715,17 @@ def _integrate_noisy(spec, P, nu, N, seeds, times, epsilon, rngs, dt_max, spectr
     tiny = 1e-12 * max(1.0, abs(T))
 
     def drift(h):
-        """One error-controlled Cash–Karp step from (t, y) (k1 = f(t, y)): (y_new, error norm, h taken)."""
+        """One error-controlled drift step from (t, y) (k1 = f(t, y)): (y_new, error norm, h taken, the pair)."""
         while True:
+            method = pair["method"]
             with np.errstate(over="ignore", invalid="ignore"):
-                y_new, err = _embedded_step(flow.rhs, t, y, h, k1, stages)
+                y_new, err = method.step(flow.rhs, t, y, h, k1, stages)
                 scale = atol + rtol * np.maximum(np.abs(y), np.abs(y_new))
                 e = float(np.sqrt(np.mean((err / scale) ** 2)))
             if np.isfinite(e) and e <= 1.0:
-                return y_new, e, h
-            h *= 0.2 if not np.isfinite(e) else max(0.2, 0.9 * e ** EXPONENT)
+                return y_new, e, h, method
+            pair["method"] = DRIFTS[-1]                  # a rejection: the pair with the longer stability interval
+            h *= 0.2 if not np.isfinite(e) else max(0.2, 0.9 * e ** (-1.0 / method.error_order))
             if h < 1e-14 * max(1.0, t):
                 raise NumericalFailure(f"spectral flow: step size underflow at time {t:.6g}", t)
 
@@ -744,16 +749,21 @@ def _integrate_noisy(spec, P, nu, N, seeds, times, epsilon, rngs, dt_max, spectr
         h_free = min(h, cap)
         h = min(h_free, T - t)
         to_out = next_out - t if next_out is not None else np.inf
-        if to_out <= h and (land or h <= 2.0 * to_out):          # land on the output it reaches, unless that
-            h = to_out                                           # would more than halve the step
+        if follow is not None:                                 # the next knot of the followed run
+            while follow and follow[0] <= t + tiny:
+                follow.pop(0)
+            to_out = follow[0] - t if follow else np.inf
+        target = t + to_out
+        if to_out <= h and (land or follow is not None or h <= 2.0 * to_out):   # land on the output it reaches,
+            h = to_out                                           # unless that would more than halve the step
         if t + 0.5 * h > s:                                    # noise up to the step's midpoint
             y, noise_cap = kick(y, t + 0.5 * h - s, t, s)
             s = t + 0.5 * h
         k1 = flow.rhs(t, y)
         while True:
             h_try = h
-            y_new, e, h = drift(h)
-            if h <= to_out + tiny or interpolable(y_new, t + h):
+            y_new, e, h, method = drift(h)
+            if h <= to_out + tiny or follow is not None or interpolable(y_new, t + h):
                 break
             h = to_out                                             # too fast to interpolate: land
         cut = h_try < h_free and h == h_try        # shortened to reach an output time or T, not by the error control
@@ -762,7 +772,7 @@ def _integrate_noisy(spec, P, nu, N, seeds, times, epsilon, rngs, dt_max, spectr
         y, t = y_new, t + h
         if t >= T - tiny:
             t = T
-        if t == T or t >= next_out - tiny or h > to_out:          # a knot: complete the state, record it
+        if t == T or t >= target - tiny or h > to_out:            # a knot: complete the state, record it
             if s < t:                                          # the step's second half noise
                 y, noise_cap = kick(y, t - s, t, s)
                 s = t
@@ -770,9 +780,12 @@ def _integrate_noisy(spec, P, nu, N, seeds, times, epsilon, rngs, dt_max, spectr
             record(y, t)
         cap = min(noise_cap, SPLIT_STEP / max(rate, 1e-300), h_max)
         steps += 1
-        h *= min(5.0, 0.9 * e ** EXPONENT) if e > 0 else 5.0
+        grow = 0.9 * e ** (-1.0 / method.error_order) if e > 0 else np.inf
+        h *= min(5.0, grow)
         if cut:                        # a step shortened to an output time does not shrink the next
             h = max(h, h_free)
+        if grow < 5.0 and h < cap:     # the error control, not a cap, bounds the steps: the higher-order pair
+            pair["method"] = DRIFTS[-1]
     knots = np.array(knots)
     out_t = np.array(times)
     table = {"time": out_t}
@@ -780,7 +793,7 @@ def _integrate_noisy(spec, P, nu, N, seeds, times, epsilon, rngs, dt_max, spectr
         if c != "time":
             vals = np.array([r[c] for r in rows])                  # (knots, R)
             table[c] = _at_times(knots, vals, out_t).T
-    return table, {n: np.array(v) for n, v in spec_rows.items()}, flow.nevals * flow.R, steps * flow.R
+    return table, {n: np.array(v) for n, v in spec_rows.items()}, flow.nevals * flow.R, steps * flow.R, knots
 
 
 def _lagrange_weights(x, at):
@@ -902,7 +915,7 @@ def solve_spectral(spec, time: float = 1.0, points: int = 51, size: int = 1000, 
 
     ``epsilon`` (noise ratio ε = αd/B; None or 0: the deterministic flow, unchanged) adds the
     O(ε) SGD noise as the Gaussian-equivalent stochastic flow of the module docstring: adaptive
-    Cash–Karp 5(4) drift steps with error control (rtol 1e-4: below the O(1/N) noise spread), the
+    embedded Runge–Kutta drift steps (``DRIFTS``) with error control (rtol 1e-4: below the O(1/N) noise spread), the
     noise maps in the symmetric (Strang) order, a step never longer than 0.01/(εν_max) nor ``noise_dt`` (when given;
     ``method``/``rtol``/``atol`` are then unused), from the noise stream ``noise_seed`` (default
     ``seed``). ``noise_realisations`` = R
@@ -951,7 +964,7 @@ def solve_spectral(spec, time: float = 1.0, points: int = 51, size: int = 1000, 
     R = int(noise_realisations) if noisy else 1
     antithetic = noisy and bool(noise_antithetic)
 
-    def run(n, want_spectra=True):
+    def run(n, want_spectra=True, follow=None):
         """One batch (one flow): the ``rotations`` realisations (seeds seed, seed + 1, …) × R noise paths
         each (realisation r's path j: stream [nseed + r, n, j]; antithetic pairs share one with ±). Returns
         the mean over the realisations of their path means, realisation 0's spectra, the evaluations, the
@@ -964,13 +977,13 @@ def solve_spectral(spec, time: float = 1.0, points: int = 51, size: int = 1000, 
                     jj, sg = (j // 2, (-1.0) ** j) if antithetic else (j, 1.0)
                     rngs.append(np.random.default_rng(np.random.SeedSequence([nseed + r, int(n), jj, 0x5eed])))
                     signs.append(sg)
-            tab, sp_, nev_, steps_ = _integrate_noisy(spec, P, nu, n, seeds, times, epsilon, rngs, noise_dt,
-                                                      spectra=want_spectra, signs=signs, init=init, odd=odd,
-                                                      land=want_spectra)
+            tab, sp_, nev_, steps_, knots_ = _integrate_noisy(spec, P, nu, n, seeds, times, epsilon, rngs,
+                                                              noise_dt, spectra=want_spectra, signs=signs,
+                                                              init=init, odd=odd, land=want_spectra, follow=follow)
         else:
             tab, sp_, nev_ = _integrate(spec, P, n, seeds, times, method, rtol, atol, spectra=want_spectra,
                                         init=init, odd=odd)
-            steps_ = 0
+            steps_, knots_ = 0, None
         if points == 1:
             tab, sp_ = {c: v[..., -1:] for c, v in tab.items()}, {k: v[-1:] for k, v in sp_.items()}
         mean, sem, noise_sem = {}, {}, {}
@@ -987,7 +1000,7 @@ def solve_spectral(spec, time: float = 1.0, points: int = 51, size: int = 1000, 
             mean[c] = per_realisation.mean(axis=0)
             sem[c] = (per_realisation.std(axis=0, ddof=1) / math.sqrt(rotations) if rotations > 1
                       else np.zeros(per_realisation.shape[1]))
-        return mean, sp_, nev_, {"noise_steps": steps_ // rotations, "noise_sem": noise_sem}, sem
+        return mean, sp_, nev_, {"noise_steps": steps_ // rotations, "noise_sem": noise_sem, "knots": knots_}, sem
 
     table, spectra, nev, extra, sem = run(size, spectra)
     info = {"rhs_evaluations": nev, "method": method, "rtol": rtol, "init": init, "extrapolated": False,
@@ -995,14 +1008,16 @@ def solve_spectral(spec, time: float = 1.0, points: int = 51, size: int = 1000, 
     if rotations > 1:
         info["rotation_sem"] = sem
     if noisy:
-        info.update({"method": "adaptive Cash-Karp drift + noise maps (Strang order)", "rtol": 1e-4,
+        info.update({"method": "adaptive Bogacki-Shampine / Cash-Karp drift + noise maps (Strang order)", "rtol": 1e-4,
                      "epsilon": epsilon, "noise_seed": nseed, "noise_dt": noise_dt, "noise_realisations": R,
                      "noise_antithetic": bool(noise_antithetic),
                      "noise_steps": extra["noise_steps"],
                      "noise_sem": extra["noise_sem"]})
     if error_estimate or extrapolate:
         nhalf = max(4, 2 * (size // 4))      # even, so that an atom of mass ½ is resolved alike
-        half, _, nev2, _, sem_half = run(nhalf, False)
+        # a noise path at N/2 steps to the N run's knots (its outputs between them interpolated), unless the N
+        # run landed on every output (spectra recorded)
+        half, _, nev2, _, sem_half = run(nhalf, False, follow=None if spectra else extra["knots"])
         # f∞ = f(N) + (f(N) − f(N'))/((N/N')^p − 1) for an error ∝ N^(−p): p = 1 (N'/(N − N')), less for a
         # heavy power-law feature covariance (features.convergence_order); the systematic part of _err is that
         # distance, |f(N) − f(N/2)|/(2^p − 1)

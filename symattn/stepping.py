@@ -1,0 +1,62 @@
+"""Embedded explicit Runge–Kutta pairs for the drift of the matrix-level flow (docs/theory.md §7, "Time
+stepping"). A step is ``(y, f(t, y)) → (y_new, error vector)`` and shares no evaluation with the next: the
+noise map comes in between, so a first-same-as-last stage cannot be reused.
+
+* :class:`BogackiShampine` — 3(2), four evaluations, real stability interval [−2.51, 0];
+* :class:`CashKarp` — 5(4) propagating its 4th-order solution, six evaluations, [−4.21, 0].
+
+Where the steps are bounded by the output knots or the noise caps the cheaper pair holds the tolerance; where
+stability bounds them (the stiff tied h2 flow, stiffest mode ≈ 140–1200) Cash–Karp's longer interval wins.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+class CashKarp:
+    """Cash & Karp's embedded 5(4) pair (ACM TOMS 16 (1990) 201), propagating its 4th-order solution
+    (the Fehlberg mode): six evaluations a step, a real stability interval [−4.21, 0] against
+    Dormand–Prince's [−3.31, 0] in seven. ``E`` = b5 − b4 estimates its error."""
+    C = np.array([0.0, 1 / 5, 3 / 10, 3 / 5, 1.0, 7 / 8])
+    A = np.array([[0, 0, 0, 0, 0],
+                  [1 / 5, 0, 0, 0, 0],
+                  [3 / 40, 9 / 40, 0, 0, 0],
+                  [3 / 10, -9 / 10, 6 / 5, 0, 0],
+                  [-11 / 54, 5 / 2, -70 / 27, 35 / 27, 0],
+                  [1631 / 55296, 175 / 512, 575 / 13824, 44275 / 110592, 253 / 4096]])
+    B = np.array([2825 / 27648, 0, 18575 / 48384, 13525 / 55296, 277 / 14336, 1 / 4])
+    E = np.array([37 / 378, 0, 250 / 621, 125 / 594, 0, 512 / 1771]) - B
+    order = 4
+    error_order = 5        # the error estimate is O(h⁵)
+    stability = 4.21
+
+    @staticmethod
+    def step(f, t, y, h, k1, K):
+        return _explicit_step(CashKarp, f, t, y, h, k1, K)
+
+
+class BogackiShampine:
+    """Bogacki & Shampine's embedded 3(2) pair (Appl. Math. Lett. 2 (1989) 321), propagating its 3rd-order
+    solution: four evaluations a step here (its first-same-as-last stage cannot be reused: the noise map
+    comes between two steps), real stability interval [−2.51, 0]."""
+    C = np.array([0.0, 1 / 2, 3 / 4, 1.0])
+    A = np.array([[0, 0, 0], [1 / 2, 0, 0], [0, 3 / 4, 0], [2 / 9, 1 / 3, 4 / 9]])
+    B = np.array([2 / 9, 1 / 3, 4 / 9, 0.0])
+    E = B - np.array([7 / 24, 1 / 4, 1 / 3, 1 / 8])
+    order = 3
+    error_order = 3
+    stability = 2.51
+
+    @staticmethod
+    def step(f, t, y, h, k1, K):
+        return _explicit_step(BogackiShampine, f, t, y, h, k1, K)
+
+
+def _explicit_step(tab, f, t, y, h, k1, K):
+    """(y_new, error vector) of an embedded explicit pair ``tab``; ``K``: a (stages × y.size) buffer, so that
+    each combination is one GEMV."""
+    n = len(tab.B)
+    K[0] = k1
+    for s in range(1, n):
+        K[s] = f(t + tab.C[s] * h, y + (h * tab.A[s, :s]) @ K[:s])
+    return y + (h * tab.B) @ K[:n], (h * tab.E) @ K[:n]
