@@ -296,6 +296,7 @@ class _Flow:
         self.nevals = 0
         self.blocks = None              # N/2 for a realisation in two independent halves (``_blocks``)
         self.metric = None              # Σ's diagonal (whitened variables, symattn.features): ``set_metric``
+        self.dtype = np.dtype(np.float64)
 
     def set_metric(self, blocks: bool = False, matched: bool = True) -> None:
         """Σ at this size from the spec's feature covariance (two copies of the N/2 one for a realisation
@@ -308,7 +309,15 @@ class _Flow:
 
     # ---------------------------------------------------------------- packing
     def pack(self) -> np.ndarray:
-        return np.concatenate([np.asarray(p, dtype=float).ravel() for k in self.train for p in self.mats[k].parts()])
+        return np.concatenate([np.asarray(p, dtype=self.dtype).ravel() for k in self.train for p in self.mats[k].parts()])
+
+    def to_dtype(self, dtype) -> None:
+        """Every matrix (and Σ's diagonal) in ``dtype``: the noisy flow's float32 (``NOISY_DTYPE``)."""
+        self.dtype = np.dtype(dtype)
+        self.mats = [m if m.kind == "scalar" else m.with_parts([np.asarray(p, dtype=self.dtype) for p in m.parts()])
+                     for m in self.mats]
+        if self.metric is not None:
+            self.metric = np.asarray(self.metric, dtype=self.dtype)
 
     def unpack(self, y) -> list:
         mats, o = list(self.mats), 0
@@ -388,7 +397,7 @@ class _Flow:
         wd = self.gamma_wd if sched.constant else self.gamma_wd * float(sched.gamma_factor(t))
         ctx = _Context(mats, G, grams, wd, self.K, self.metric)
         parts = [v.ravel() for k in self.train for v in self.spec.indices[k].kind.matrix_velocity(k, ctx)]
-        out = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        out = (parts[0] if len(parts) == 1 else np.concatenate(parts)).astype(self.dtype, copy=False)
         return out if sched.constant else float(sched(t)) * out      # docs/theory.md §3, "Schedules"
 
     def check(self, y, t):
@@ -589,7 +598,7 @@ class _Noise:
         R, n = Cs.shape[0], Cs.shape[1]
         blocks = self.flow.blocks
         size = blocks or N
-        out = [np.zeros((R, N, N)) for _ in range(n)]
+        out = [np.zeros((R, N, N), dtype=self.flow.dtype) for _ in range(n)]
         for r in range(R):
             rng, scale = self.rngs[r], self.signs[r] * math.sqrt(self.eps * dt / size)
             for C, s in ((Cs[r], 1.0), (Ca[r], -1.0)):
@@ -625,6 +634,7 @@ SPLIT_STEP = 0.04      # relative change of the trained parameters per step; wit
 # 1.7× as long) from the first step it rejects or its error control shortens: where stability or accuracy bound the
 # steps (the stiff tied h2 flow, long horizons) Cash–Karp takes fewer evaluations.
 DRIFTS = (BogackiShampine, CashKarp)
+NOISY_DTYPE = np.float32
 
 
 KNOTS = 8              # a noise path's drift steps are at most horizon/KNOTS: its outputs are interpolated between ≥ 9 knots
@@ -656,6 +666,7 @@ def _integrate_noisy(spec, P, nu, N, seeds, times, epsilon, rngs, dt_max, spectr
     land = spectra if land is None else land
     follow = None if follow is None else [float(k) for k in follow]
     flow = _start(spec, P, N, seeds, init, odd)
+    flow.to_dtype(NOISY_DTYPE)
     noise = _Noise(flow, nu, epsilon, rngs, signs)
     theta0 = flow.theta(flow.mats, 0.0)[0][0]
     for E in nu.values():                  # non-polynomial ν: quadrature order chosen at the start
@@ -704,7 +715,7 @@ def _integrate_noisy(spec, P, nu, N, seeds, times, epsilon, rngs, dt_max, spectr
         return y, NOISE_STEP / (noise.eps * nu_max * rate)
 
     record(y, t)
-    stages = np.empty((max(len(m.B) for m in DRIFTS), y.size))
+    stages = np.empty((max(len(m.B) for m in DRIFTS), y.size), dtype=y.dtype)
     pair = {"method": DRIFTS[0]}
     h_max = min(dt_max or np.inf, (T - t) / KNOTS) if T > t else np.inf
     steps, s = 0, t                           # s: the noise clock (≥ t; ahead only after a rejected step)

@@ -55,8 +55,8 @@ class BogackiShampine:
 def _explicit_step(tab, f, t, y, h, k1, K):
     """(y_new, error vector) of an embedded explicit pair ``tab``; ``K``: a (stages × y.size) buffer, so that
     each combination is one GEMV."""
-    n = len(tab.B)
+    n, dt = len(tab.B), K.dtype
     K[0] = k1
     for s in range(1, n):
-        K[s] = f(t + tab.C[s] * h, y + (h * tab.A[s, :s]) @ K[:s])
-    return y + (h * tab.B) @ K[:n], (h * tab.E) @ K[:n]
+        K[s] = f(t + tab.C[s] * h, y + (h * tab.A[s, :s]).astype(dt) @ K[:s])
+    return y + (h * tab.B).astype(dt) @ K[:n], (h * tab.E).astype(dt) @ K[:n]
