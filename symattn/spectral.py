@@ -50,7 +50,7 @@ and ``E[ΞYΞ] = s²(Tr Y·I + Y)``, hence ``s² = ε ν dt / N``: ``dΞ_k = √
 independent ``Z_m = (G + Gᵀ)/√2`` (G i.i.d. N(0, 1), so ``E[Z_ab Z_cd] = δ_ac δ_bd + δ_ad δ_bc``) and
 ``C Cᵀ = ν`` (Cholesky of the trainable ν matrix at the current q; eigenvalue-clipped square root if
 ν is not numerically positive definite). The drift takes adaptive embedded Runge–Kutta steps
-(``symattn.stepping``: Bogacki–Shampine 3(2), Cash–Karp 5(4) once a step is rejected); the exact
+(``symattn.stepping``: Bogacki–Shampine 3(2), Cash–Karp 5(4) once the error control bounds a step); the exact
 SGD-shaped noise map
 
     tied    W_k ← (I − 2 dΞ_k) W_k      ⇔  S_k ← (I − 2dΞ_k) S_k (I − 2dΞ_k)
@@ -395,6 +395,8 @@ class _Flow:
             self.m_warm = th[:, self.mean_pos]
         sched = self.spec.schedule
         wd = self.gamma_wd if sched.constant else self.gamma_wd * float(sched.gamma_factor(t))
+        if self.dtype != np.float64:     # per-realisation coefficients in the arrays' precision: NumPy's mixed
+            G = tuple(g.astype(self.dtype) for g in G)     # float32 ∘ float64 in-place path is 7× slower
         ctx = _Context(mats, G, grams, wd, self.K, self.metric)
         parts = [v.ravel() for k in self.train for v in self.spec.indices[k].kind.matrix_velocity(k, ctx)]
         out = (parts[0] if len(parts) == 1 else np.concatenate(parts)).astype(self.dtype, copy=False)
@@ -513,19 +515,19 @@ def _integrate(spec, P, N, seeds, times, method, rtol, atol, spectra=True, init=
 
 
 # ============================================================================ SGD noise (stochastic flow)
-def _gaussian_pair_sum(rng, n: int, sign: float) -> np.ndarray:
+def _gaussian_pair_sum(rng, n: int, sign: float, dtype=np.float64) -> np.ndarray:
     """(G + sign·Gᵀ)/√2 for G with i.i.d. N(0, 1) entries, drawn as its upper triangle: off the diagonal i.i.d.
     N(0, 1) (mirrored, times sign), on it √2·N(0, 1) for sign +1 and 0 for −1 — half the Gaussian draws."""
     upper = _UPPER.get(n)
     if upper is None:
         i, j = np.triu_indices(n, 1)
         upper = _UPPER[n] = i * n + j
-    Z = np.zeros(n * n)
-    Z[upper] = rng.standard_normal(upper.size)
+    Z = np.zeros(n * n, dtype=dtype)
+    Z[upper] = rng.standard_normal(upper.size, dtype=dtype)
     Z = Z.reshape(n, n)
     Z += sign * Z.T
     if sign > 0:
-        Z.flat[::n + 1] = math.sqrt(2.0) * rng.standard_normal(n)
+        Z.flat[::n + 1] = math.sqrt(2.0) * rng.standard_normal(n, dtype=dtype)
     return Z
 
 
@@ -605,14 +607,15 @@ class _Noise:
                 if not np.any(C):
                     continue
                 for m in range(n):
+                    dt_ = self.flow.dtype
                     if blocks:
-                        Z = block_diag(*(_gaussian_pair_sum(rng, size, s) for _ in range(2)))
+                        Z = block_diag(*(_gaussian_pair_sum(rng, size, s, dt_) for _ in range(2)))
                     else:
-                        Z = _gaussian_pair_sum(rng, N, s)
+                        Z = _gaussian_pair_sum(rng, N, s, dt_)
                     Z *= scale
                     for i in range(n):
                         if C[i, m] != 0.0:
-                            out[i][r] += C[i, m] * Z
+                            out[i][r] += float(C[i, m]) * Z
         return out
 
     def apply(self, mats: list, dXi: list) -> list:
@@ -643,7 +646,7 @@ PASS_TOL = 3e-3        # a step passes over output times only where the knots in
 
 
 def _integrate_noisy(spec, P, nu, N, seeds, times, epsilon, rngs, dt_max, spectra=True, signs=None, init="free",
-                     rtol=1e-4, odd=(), land=None, follow=None):
+                     rtol=1e-4, odd=(), land=None):
     """Noise paths of the stochastic flow, one per entry of ``seeds`` (its initial realisation) and ``rngs``
     (its noise stream; ``signs``: ±1 each, antithetic pairs), integrated as one batch with common steps: adaptive steps of the drift (``DRIFTS``; error
     control at ``rtol``; a step is also kept ≤ NOISE_STEP/(εν_max), ≤ SPLIT_STEP/(relative speed of the
@@ -658,13 +661,9 @@ def _integrate_noisy(spec, P, nu, N, seeds, times, epsilon, rngs, dt_max, spectr
     through the four nearest knots between them (an O(h⁴) error of the mean path, far below its O(1/N)
     error; docs/theory.md §7): the steps follow the flow, not the output grid — 10 steps instead of 53
     output-bound ones on the README example. With ``land`` (default ``spectra``: all paths of a run alike)
-    every output time is a knot, where the eigenvalues are recorded. With ``follow`` (the knots of another
-    run: the N/2 error run follows the N run's) the steps land on those times and pass over the outputs
-    between them without the interpolation test, which the noisier paths at N/2 would fail more often than
-    the N run's do (19 steps instead of 11 on the README example). Returns (table, spectra, evaluations,
-    steps, knots)."""
+    every output time is a knot, where the eigenvalues are recorded. Returns (table, spectra, evaluations,
+    steps)."""
     land = spectra if land is None else land
-    follow = None if follow is None else [float(k) for k in follow]
     flow = _start(spec, P, N, seeds, init, odd)
     flow.to_dtype(NOISY_DTYPE)
     noise = _Noise(flow, nu, epsilon, rngs, signs)
@@ -760,13 +759,8 @@ def _integrate_noisy(spec, P, nu, N, seeds, times, epsilon, rngs, dt_max, spectr
         h_free = min(h, cap)
         h = min(h_free, T - t)
         to_out = next_out - t if next_out is not None else np.inf
-        if follow is not None:                                 # the next knot of the followed run
-            while follow and follow[0] <= t + tiny:
-                follow.pop(0)
-            to_out = follow[0] - t if follow else np.inf
-        target = t + to_out
-        if to_out <= h and (land or follow is not None or h <= 2.0 * to_out):   # land on the output it reaches,
-            h = to_out                                           # unless that would more than halve the step
+        if to_out <= h and (land or h <= 2.0 * to_out):          # land on the output it reaches, unless that
+            h = to_out                                           # would more than halve the step
         if t + 0.5 * h > s:                                    # noise up to the step's midpoint
             y, noise_cap = kick(y, t + 0.5 * h - s, t, s)
             s = t + 0.5 * h
@@ -774,7 +768,7 @@ def _integrate_noisy(spec, P, nu, N, seeds, times, epsilon, rngs, dt_max, spectr
         while True:
             h_try = h
             y_new, e, h, method = drift(h)
-            if h <= to_out + tiny or follow is not None or interpolable(y_new, t + h):
+            if h <= to_out + tiny or interpolable(y_new, t + h):
                 break
             h = to_out                                             # too fast to interpolate: land
         cut = h_try < h_free and h == h_try        # shortened to reach an output time or T, not by the error control
@@ -783,7 +777,7 @@ def _integrate_noisy(spec, P, nu, N, seeds, times, epsilon, rngs, dt_max, spectr
         y, t = y_new, t + h
         if t >= T - tiny:
             t = T
-        if t == T or t >= target - tiny or h > to_out:            # a knot: complete the state, record it
+        if t == T or t >= next_out - tiny or h > to_out:          # a knot: complete the state, record it
             if s < t:                                          # the step's second half noise
                 y, noise_cap = kick(y, t - s, t, s)
                 s = t
@@ -804,7 +798,7 @@ def _integrate_noisy(spec, P, nu, N, seeds, times, epsilon, rngs, dt_max, spectr
         if c != "time":
             vals = np.array([r[c] for r in rows])                  # (knots, R)
             table[c] = _at_times(knots, vals, out_t).T
-    return table, {n: np.array(v) for n, v in spec_rows.items()}, flow.nevals * flow.R, steps * flow.R, knots
+    return table, {n: np.array(v) for n, v in spec_rows.items()}, flow.nevals * flow.R, steps * flow.R
 
 
 def _lagrange_weights(x, at):
@@ -975,7 +969,7 @@ def solve_spectral(spec, time: float = 1.0, points: int = 51, size: int = 1000, 
     R = int(noise_realisations) if noisy else 1
     antithetic = noisy and bool(noise_antithetic)
 
-    def run(n, want_spectra=True, follow=None):
+    def run(n, want_spectra=True):
         """One batch (one flow): the ``rotations`` realisations (seeds seed, seed + 1, …) × R noise paths
         each (realisation r's path j: stream [nseed + r, n, j]; antithetic pairs share one with ±). Returns
         the mean over the realisations of their path means, realisation 0's spectra, the evaluations, the
@@ -988,13 +982,13 @@ def solve_spectral(spec, time: float = 1.0, points: int = 51, size: int = 1000, 
                     jj, sg = (j // 2, (-1.0) ** j) if antithetic else (j, 1.0)
                     rngs.append(np.random.default_rng(np.random.SeedSequence([nseed + r, int(n), jj, 0x5eed])))
                     signs.append(sg)
-            tab, sp_, nev_, steps_, knots_ = _integrate_noisy(spec, P, nu, n, seeds, times, epsilon, rngs,
-                                                              noise_dt, spectra=want_spectra, signs=signs,
-                                                              init=init, odd=odd, land=want_spectra, follow=follow)
+            tab, sp_, nev_, steps_ = _integrate_noisy(spec, P, nu, n, seeds, times, epsilon, rngs, noise_dt,
+                                                      spectra=want_spectra, signs=signs, init=init, odd=odd,
+                                                      land=want_spectra)
         else:
             tab, sp_, nev_ = _integrate(spec, P, n, seeds, times, method, rtol, atol, spectra=want_spectra,
                                         init=init, odd=odd)
-            steps_, knots_ = 0, None
+            steps_ = 0
         if points == 1:
             tab, sp_ = {c: v[..., -1:] for c, v in tab.items()}, {k: v[-1:] for k, v in sp_.items()}
         mean, sem, noise_sem = {}, {}, {}
@@ -1011,7 +1005,7 @@ def solve_spectral(spec, time: float = 1.0, points: int = 51, size: int = 1000, 
             mean[c] = per_realisation.mean(axis=0)
             sem[c] = (per_realisation.std(axis=0, ddof=1) / math.sqrt(rotations) if rotations > 1
                       else np.zeros(per_realisation.shape[1]))
-        return mean, sp_, nev_, {"noise_steps": steps_ // rotations, "noise_sem": noise_sem, "knots": knots_}, sem
+        return mean, sp_, nev_, {"noise_steps": steps_ // rotations, "noise_sem": noise_sem}, sem
 
     table, spectra, nev, extra, sem = run(size, spectra)
     info = {"rhs_evaluations": nev, "method": method, "rtol": rtol, "init": init, "extrapolated": False,
@@ -1026,9 +1020,7 @@ def solve_spectral(spec, time: float = 1.0, points: int = 51, size: int = 1000, 
                      "noise_sem": extra["noise_sem"]})
     if error_estimate or extrapolate:
         nhalf = max(4, 2 * (size // 4))      # even, so that an atom of mass ½ is resolved alike
-        # a noise path at N/2 steps to the N run's knots (its outputs between them interpolated), unless the N
-        # run landed on every output (spectra recorded)
-        half, _, nev2, _, sem_half = run(nhalf, False, follow=None if spectra else extra["knots"])
+        half, _, nev2, _, sem_half = run(nhalf, False)
         # f∞ = f(N) + (f(N) − f(N'))/((N/N')^p − 1) for an error ∝ N^(−p): p = 1 (N'/(N − N')), less for a
         # heavy power-law feature covariance (features.convergence_order); the systematic part of _err is that
         # distance, |f(N) − f(N/2)|/(2^p − 1)
