@@ -66,6 +66,10 @@ class CompiledPotential:
     def gradients(self, values):
         return self._base.split_gradient(self.value_and_gradient(values)[1])
 
+    def gradient_matrices(self, thetas) -> tuple:
+        """(GΩ, GΨ), each (R, K, K), at the R rows of ``thetas`` (``Potential.gradient_matrices``)."""
+        return self._base.split_gradients(np.array([self.value_and_gradient(row)[1] for row in thetas]))
+
     def gamma(self, values) -> np.ndarray:
         return self.gradients(values).gamma
 

@@ -403,6 +403,20 @@ class Potential(GaussianExpectation):
         _, grad = self.value_and_gradient(values)
         return self.split_gradient(grad)
 
+    def gradient_matrices(self, thetas) -> tuple:
+        """(GΩ, GΨ), each (R, K, K), at the R rows of ``thetas``: ``gradients`` of each row, split at once."""
+        return self.split_gradients(np.array([self.value_and_gradient(row)[1] for row in thetas]))
+
+    def split_gradients(self, grads) -> tuple:
+        """(GΩ, GΨ), each (R, K, K), from R rows of plain partials (``split_gradient`` of each row)."""
+        plan = self.__dict__.get("_split")
+        if plan is None:
+            plan = self._split = self.split_plan()
+        _, _, o_pos, p_pos, w = plan
+        grads = np.asarray(grads, dtype=float)
+        K = self.spec.K
+        return (w * grads[:, o_pos]).reshape(-1, K, K), (w * grads[:, p_pos]).reshape(-1, K, K)
+
     def split_gradient(self, grad) -> Gradients:
         """g_m, GΩ, GΨ from the plain partials ``grad`` (``split_plan``, built once)."""
         plan = self.__dict__.get("_split")
