@@ -409,25 +409,25 @@ class Potential(GaussianExpectation):
 
     def split_gradients(self, grads) -> tuple:
         """(GΩ, GΨ), each (R, K, K), from R rows of plain partials (``split_gradient`` of each row)."""
-        plan = self.__dict__.get("_split")
-        if plan is None:
-            plan = self._split = self.split_plan()
-        _, _, o_pos, p_pos, w = plan
+        _, _, o_pos, p_pos, w = self._plan()
         grads = np.asarray(grads, dtype=float)
         K = self.spec.K
         return (w * grads[:, o_pos]).reshape(-1, K, K), (w * grads[:, p_pos]).reshape(-1, K, K)
 
     def split_gradient(self, grad) -> Gradients:
         """g_m, GΩ, GΨ from the plain partials ``grad`` (``split_plan``, built once)."""
+        m_at, m_pos = self._plan()[:2]
+        grad = np.asarray(grad, dtype=float)
+        gm = np.zeros(self.spec.K)
+        gm[m_at] = grad[m_pos]
+        omega, psi = self.split_gradients(grad[None])
+        return Gradients(gm, omega[0], psi[0])
+
+    def _plan(self):
         plan = self.__dict__.get("_split")
         if plan is None:
             plan = self._split = self.split_plan()
-        m_at, m_pos, o_pos, p_pos, w = plan
-        grad = np.asarray(grad, dtype=float)
-        K = self.spec.K
-        gm = np.zeros(K)
-        gm[m_at] = grad[m_pos]
-        return Gradients(gm, (w * grad[o_pos]).reshape(K, K), (w * grad[p_pos]).reshape(K, K))
+        return plan
 
     def split_plan(self):
         """The full-matrix convention (module docstring) as data: (indices k with a mean, the positions
