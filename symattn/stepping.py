@@ -1,4 +1,4 @@
-"""Embedded explicit Runge–Kutta pairs for the drift of the matrix-level flow (docs/theory.md §7, "Time
+"""Embedded explicit Runge–Kutta pairs for the drift of the matrix-level flow (docs/theory.md §5, "Time
 stepping"). A step is ``(y, f(t, y)) → (y_new, error vector)`` and shares no evaluation with the next: the
 noise map comes in between, so a first-same-as-last stage cannot be reused.
 

@@ -1,4 +1,4 @@
-"""The drift's embedded pairs (symattn.stepping) and the flow's choice between them (docs/theory.md §7, "Time
+"""The drift's embedded pairs (symattn.stepping) and the flow's choice between them (docs/theory.md §5, "Time
 stepping"): orders and stability intervals against exact solutions, and the choice does not move the
 matrix-level theory beyond the drift's tolerance."""
 import warnings
