@@ -906,8 +906,9 @@ def solve_spectral(spec, time: float = 1.0, points: int = 51, size: int = 1000, 
     ``rotations`` = R: the columns are the mean over R independent realisations of the initial laws
     (seeds ``seed`` … ``seed + R − 1``: their own rotations and noise streams), ``info['rotation_sem']``
     its standard error. ``<col>_err``, with the same R realisations at N/2 (means m):
-    ``|m(N) − m(N/2)|`` (the systematic O(1/N) error) combined in quadrature with t·SEM (Student's t at
-    97.5 % for R − 1 degrees of freedom: 3.18 for R = 4); for R = 1 it is ``|f(N) − f(N/2)|``.
+    ``|m(N) − m(N/2)|`` (the systematic O(1/N) error) combined in quadrature with t·√(2 SEM² + SEM_{N/2}²)
+    (Student's t at 97.5 % for R − 1 degrees of freedom: 3.18 for R = 4; the random error of m(N) and that
+    of the systematic estimate); for R = 1 it is ``|f(N) − f(N/2)|``.
     The random O(1/N) error of one realisation's rotations is as large as the systematic one (README
     example: seed-to-seed spread of q_student_teacher 0.005 at N = 128, systematic shift from N = 128
     to 512 0.002), which is why the default ``theory`` averages 4 realisations at N = 128 (docs/theory.md §7).
@@ -1031,7 +1032,11 @@ def solve_spectral(spec, time: float = 1.0, points: int = 51, size: int = 1000, 
         for c in list(table):
             if c != "time":
                 diff = table[c] - half[c]
-                rand = np.hypot((1 + c_ex) * sem[c], c_ex * sem_half[c]) if extrapolate else sem[c]
+                # the random part: of the extrapolation; else of m(N) and of the systematic estimate itself,
+                # c_sys·(m(N) − m(N/2)), whose noise (SEM ⊕ SEM_{N/2}) is as large as its signal where it
+                # crosses zero (docs/theory.md §5)
+                rand = (np.hypot((1 + c_ex) * sem[c], c_ex * sem_half[c]) if extrapolate
+                        else np.hypot(sem[c], c_sys * np.hypot(sem[c], sem_half[c])))
                 sys = c_sys * np.abs(diff)
                 table[f"{c}_err"] = np.hypot(sys, t_factor * rand) if rotations > 1 else sys
                 if extrapolate:

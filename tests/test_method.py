@@ -29,8 +29,9 @@ def _read(path):
 
 def test_theory_default_is_the_mean_of_four_realisations_with_their_error(tmp_path):
     """`theory` without --method on a tied spec: the mean of 4 realisations (seeds 0–3) at N = 128, with
-    `_err` = |m(128) − m(64)| ⊕ t₃·SEM (t₃ = 3.182, Student's t at 97.5 %), m the realisations' means — checked against
-    the single realisations run one by one (no noise: the runs are deterministic)."""
+    `_err` = |m(128) − m(64)| ⊕ t₃·√(2 SEM₁₂₈² + SEM₆₄²) (t₃ = 3.182, Student's t at 97.5 %; the random error of
+    m(128) and of the systematic estimate m(128) − m(64)), m the realisations' means — checked against the single
+    realisations run one by one (no noise: the runs are deterministic)."""
     from symattn.spectral import solve_spectral
     a = tmp_path / "a.csv"
     common = ["tied_h2_L1_small", "--time", "0.05", "--points", "3", "--noise", "off", "--quiet"]
@@ -42,10 +43,12 @@ def test_theory_default_is_the_mean_of_four_realisations_with_their_error(tmp_pa
            for N in (128, 64)}
     mean = one[128].mean(axis=0)
     sem = one[128].std(axis=0, ddof=1) / 2.0
+    sem64 = one[64].std(axis=0, ddof=1) / 2.0
     np.testing.assert_allclose(got[col], mean, rtol=0, atol=1e-9)            # the CSV keeps 10 significant digits
     from scipy import stats
     t3 = stats.t.ppf(0.975, 3)                   # the package's table keeps 3 decimals: 3.182 for 3.18245
-    np.testing.assert_allclose(got[col + "_err"], np.hypot(mean - one[64].mean(axis=0), t3 * sem), rtol=2e-4)
+    rand = np.sqrt(2 * sem ** 2 + sem64 ** 2)
+    np.testing.assert_allclose(got[col + "_err"], np.hypot(mean - one[64].mean(axis=0), t3 * rand), rtol=2e-4)
     assert np.all(got[col + "_err"] > 0)
 
 
