@@ -20,11 +20,11 @@ overlap grows like ln d at a fixed rate) and draws the figure.
     python benchmarks/paper_fig3.py theory --dims 100,200,400 --acts h3 --time 3 --points 61
     python benchmarks/paper_fig3.py theory --dims 800 --acts h1 --time 0.3 --points 31
     python benchmarks/paper_fig3.py theory --dims 800 --acts h2 --time 1.6 --points 33
-    python benchmarks/paper_fig3.py sgd --dims 400 --acts h2 --seeds 1 --time 0.75 --points 31
-    python benchmarks/paper_fig3.py sgd --dims 400 --acts h3 --seeds 1 --time 1.5 --points 31
+    python benchmarks/paper_fig3.py sgd --dims 400 --acts h2 --seeds 2 --time 0.75 --points 31
+    python benchmarks/paper_fig3.py sgd --dims 400 --acts h3 --seeds 2 --time 1.5 --points 31
     python benchmarks/paper_fig3.py summary --figure docs/figures/paper_fig3.png
 
-(the results page's numbers; ≈ 120 CPU-minutes, the two d = 400 SGD runs 1289 s and 2572 s of them).
+(the results page's numbers; ≈ 3.5 CPU-hours, the four d = 400 SGD runs ≈ 21–45 min each of them).
 """
 from __future__ import annotations
 
