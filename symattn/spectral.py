@@ -345,7 +345,7 @@ class _Flow:
         th[:, self.mean_pos] = self.m_warm
         biggest = float(np.abs(th).max()) if th.size else 0.0
         if not biggest <= _BLOWUP:                                  # NaN fails too
-            raise NumericalFailure(f"spectral flow diverged (order parameters {np.abs(th).max():.3g}) at time {t:.6g}", t)
+            raise NumericalFailure(f"spectral flow diverged (order parameters {biggest:.3g}) at time {t:.6g}", t)
         if slave and self.mean_pos:
             try:
                 th = np.array([solve_means(self.P, row, self.mean_pos) for row in th])
@@ -598,20 +598,19 @@ class _Noise:
         (R, N, N) array per trainable index; realisation r from its own stream."""
         from scipy.linalg import block_diag
         R, n = Cs.shape[0], Cs.shape[1]
-        blocks = self.flow.blocks
+        blocks, dtype = self.flow.blocks, self.flow.dtype
         size = blocks or N
-        out = [np.zeros((R, N, N), dtype=self.flow.dtype) for _ in range(n)]
+        out = [np.zeros((R, N, N), dtype=dtype) for _ in range(n)]
         for r in range(R):
             rng, scale = self.rngs[r], self.signs[r] * math.sqrt(self.eps * dt / size)
             for C, s in ((Cs[r], 1.0), (Ca[r], -1.0)):
                 if not np.any(C):
                     continue
                 for m in range(n):
-                    dt_ = self.flow.dtype
                     if blocks:
-                        Z = block_diag(*(_gaussian_pair_sum(rng, size, s, dt_) for _ in range(2)))
+                        Z = block_diag(*(_gaussian_pair_sum(rng, size, s, dtype) for _ in range(2)))
                     else:
-                        Z = _gaussian_pair_sum(rng, N, s, dt_)
+                        Z = _gaussian_pair_sum(rng, N, s, dtype)
                     Z *= scale
                     for i in range(n):
                         if C[i, m] != 0.0:
