@@ -5,7 +5,7 @@ it replaces, and how that cost grows (issue: the default theory ≥ 10× cheaper
    against `symattn simulate SPEC --dim 200 --seeds 1 --time T`, on the README example (tied softmax
    L = 2, T = 0.25) and tied h2 L = 1 (T = 2); `theory --quick` too;
 2. the same theory in-process, warm (the function the command calls, after one call; the median over five
-   base seeds);
+   base seeds), before and right after the simulation (the ratio against their mean);
 3. where a warm process spends its time (imports, loading the stored derivation and compiled module,
    the flow at each size);
 4. cost growth of one noise path: time against N (64 … 1024, τ = 0.25), horizon (0.25 … 4, N = 128) and the
@@ -79,8 +79,11 @@ def whole_process(sim=True):
                 f"(in-process {inproc_q:.3f} s)")
         if sim:
             s = wall(symattn("simulate", path, "--dim", "200", "--seeds", "1", "--time", str(T), "--out", out))
-            line += (f"; simulate {s:.1f} s → ratio {s / th:.1f}× whole process, {s / inproc:.0f}× in-process; "
-                     f"--quick {s / quick:.1f}× / {s / inproc_q:.0f}×")
+            # the machine's speed drifts by ±20 % over minutes: the in-process theory again right after the
+            # simulation, and the ratio against the mean of the two
+            after = in_process(path, T)
+            line += (f"; simulate {s:.1f} s, then in-process {after:.3f} s → ratio {s / th:.1f}× whole process, "
+                     f"{2 * s / (inproc + after):.0f}× in-process; --quick {s / quick:.1f}× / {s / inproc_q:.0f}×")
         print(line, flush=True)
 
 

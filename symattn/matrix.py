@@ -177,9 +177,24 @@ def gram_of(A: np.ndarray, B: np.ndarray) -> np.ndarray:
     return _t(A) @ B
 
 
-def pair_trace(A: Mat, B: Mat, N: int, grams: dict, key, transpose: bool = False):
+def syrk(S: np.ndarray) -> np.ndarray:
+    """S Sᵀ of each realisation, exactly symmetric (NumPy sends a 2-d A @ A.T to BLAS's SYRK, half the
+    flops of a GEMM; a batched product would take the GEMM)."""
+    if S.ndim == 2:
+        return S @ S.T
+    out = np.empty_like(S)
+    for r in range(S.shape[0]):
+        np.matmul(S[r], S[r].T, out=out[r])
+    return out
+
+
+def pair_trace(A: Mat, B: Mat, N: int, grams: dict, key, transpose: bool = False, square: bool = False):
     """Tr(A B)/N, or Tr(A Bᵀ)/N with ``transpose`` (per realisation); factor×factor stores W_A^T W_B in
-    ``grams[key]``."""
+    ``grams[key]``; with ``square``, a dense S against itself is traced from S Sᵀ (SYRK), stored in ``grams[key]``
+    for the flow that needs the product anyway (its diagonal's rows are float32 sums, as ``inner``'s)."""
+    if square and A is B and A.kind == "dense":
+        P = grams[key] = syrk(A.value)
+        return np.einsum("...ii->...i", P).sum(axis=-1, dtype=np.float64) / N
     if A.symmetric and B.symmetric:
         return _symmetric_trace(A, B, N, grams, key)
     if A.kind == "scalar":

@@ -47,7 +47,7 @@ SGD steps of a time step dt the fluctuation α·δ becomes dΞ_k with
 
 For a GOE, ``E[Ξ_ab Ξ_cd] = s²(δ_ac δ_bd + δ_ad δ_bc)`` gives ``E Tr(XΞYΞ) = s²(Tr X Tr Y + Tr XYᵀ)``
 and ``E[ΞYΞ] = s²(Tr Y·I + Y)``, hence ``s² = ε ν dt / N``: ``dΞ_k = √(ε dt/N) Σ_m C_km Z_m`` with
-independent ``Z_m = (G + Gᵀ)/√2`` (G i.i.d. N(0, 1), so ``E[Z_ab Z_cd] = δ_ac δ_bd + δ_ad δ_bc``) and
+independent ``Z_m = (G + Gᵀ)/√2`` (G i.i.d. N(0, 1), drawn by Box–Muller, so ``E[Z_ab Z_cd] = δ_ac δ_bd + δ_ad δ_bc``) and
 ``C Cᵀ = ν`` (Cholesky of the trainable ν matrix at the current q; eigenvalue-clipped square root if
 ν is not numerically positive definite). The drift takes adaptive embedded Runge–Kutta steps
 (``symattn.stepping``: Bogacki–Shampine 3(2), Cash–Karp 5(4) once the error control bounds a step); the exact
@@ -83,7 +83,7 @@ import numpy as np
 
 from .derivation.means import relax_means, solve_means
 from .errors import ExpectationUndefined, NumericalFailure, UsageError
-from .matrix import Mat, from_state, inner, pair_trace, stack
+from .matrix import Mat, from_state, inner, pair_trace, stack, syrk
 from .spec import Spec, load_spec
 from .stepping import BogackiShampine, CashKarp
 from .symbolic.spectra import (  # noqa: F401 (re-exported)
@@ -226,19 +226,26 @@ class _Context:
                 gram = self.grams[(k, l)].swapaxes(-1, -2)
         return Ml.apply(X, gram)
 
-    def sym_anticommutator(self, l: int, k: int):
-        """S_l S_k + S_k S_l for a dense symmetric S_k, exactly symmetric (S_l → (M_l + M_lᵀ)/2 if
-        non-symmetric): 2 S_k S_kᵀ (a SYRK per realisation) for l = k, (λ_i + λ_j) S_ij for a scalar or
-        diagonal S_l."""
+    def sym_anticommutator(self, l: int, k: int, c):
+        """c·(S_l S_k + S_k S_l) for a dense symmetric S_k (c one number per realisation), exactly symmetric
+        (S_l → (M_l + M_lᵀ)/2 if non-symmetric): 2c·S_k S_kᵀ for l = k (a SYRK per realisation, or the one
+        ``_Flow.theta`` made for the trace), c(λ_i + λ_j) S_ij for a scalar or diagonal S_l; a fresh array."""
         Ml, S = self.mats[l], self.mats[k].value
+        c = np.asarray(c)[..., None, None]
         if l == k:
-            return 2.0 * _syrk(S)
+            out = self.grams.pop((k, k), None)     # S Sᵀ from the order parameters' traces (``_Flow.theta``)
+            out = syrk(S) if out is None else out
+            out *= 2.0 * c
+            return out
         if Ml.kind == "scalar":
-            return (2.0 * Ml.value) * S
+            return (2.0 * Ml.value * c) * S
         if Ml.kind == "diag":
-            return Ml.pair_sum * S
-        A = self.sym_apply(l, S, k)
-        return A + A.swapaxes(-1, -2)
+            out = Ml.pair_sum * S
+        else:
+            A = self.sym_apply(l, S, k)
+            out = A + A.swapaxes(-1, -2)
+        out *= c
+        return out
 
     def add_sym(self, acc, l: int, c) -> None:
         """acc += c·S_l (c·(M_l + M_lᵀ)/2 for a non-symmetric S_l); c one number per realisation."""
@@ -248,17 +255,6 @@ class _Context:
         else:
             Ml.add_to(acc, 0.5 * c)
             Ml.add_to(acc, 0.5 * c, transpose=True)
-
-
-def _syrk(S: np.ndarray) -> np.ndarray:
-    """S Sᵀ of each realisation, exactly symmetric (NumPy sends a 2-d A @ A.T to BLAS's SYRK, half the
-    flops of a GEMM; a batched product would take the GEMM)."""
-    if S.ndim == 2:
-        return S @ S.T
-    out = np.empty_like(S)
-    for r in range(S.shape[0]):
-        np.matmul(S[r], S[r].T, out=out[r])
-    return out
 
 
 class _Flow:
@@ -279,7 +275,13 @@ class _Flow:
         self.K = spec.K
         self.gamma_wd = spec.weight_decay
         self.train = list(spec.students)
-        self.shapes = [[p.shape for p in self.mats[k].parts()] for k in self.train]
+        self.cuts, o = [], 0                # per trainable index, (start, end, shape) of each part in the packed vector
+        for k in self.train:
+            cuts = []
+            for p in self.mats[k].parts():
+                cuts.append((o, o + p.size, p.shape))
+                o += p.size
+            self.cuts.append((k, cuts))
         self.names = spec.names
         self.pairs = [(a, b) for a in range(self.K) for b in range(a, self.K)]
         op, pos = potential.op, {n: i for i, n in enumerate(potential.names)}
@@ -293,10 +295,16 @@ class _Flow:
             so, sq = op.omega(a, b), op.psi(a, b)
             self.pair_pos.append((a, b, pos.get(so.name), None if sq == so else pos.get(sq.name)))
         self.m_warm = np.zeros((self.R, len(self.mean_pos)))
+        self.frozen_pairs = {}           # (a, b) of two frozen indices → their matrices, θ columns and Gram
         self.nevals = 0
         self.blocks = None              # N/2 for a realisation in two independent halves (``_blocks``)
         self.metric = None              # Σ's diagonal (whitened variables, symattn.features): ``set_metric``
         self.dtype = np.dtype(np.float64)
+
+    @property
+    def squares(self) -> set:
+        """The trainable indices whose vector field reads S Sᵀ (``Kind.reads_square``, with the flow's Σ)."""
+        return {k for k in self.train if self.spec.indices[k].kind.reads_square(self.mats[k], self.metric)}
 
     def set_metric(self, blocks: bool = False, matched: bool = True) -> None:
         """Σ at this size from the spec's feature covariance (two copies of the N/2 one for a realisation
@@ -320,30 +328,38 @@ class _Flow:
             self.metric = np.asarray(self.metric, dtype=self.dtype)
 
     def unpack(self, y) -> list:
-        mats, o = list(self.mats), 0
-        for k, shapes in zip(self.train, self.shapes):
-            parts = []
-            for sh in shapes:
-                n = int(np.prod(sh))
-                parts.append(y[o:o + n].reshape(sh))
-                o += n
-            mats[k] = mats[k].with_parts(parts)
+        mats = list(self.mats)
+        for k, cuts in self.cuts:
+            mats[k] = mats[k].with_parts([y[a:b].reshape(sh) for a, b, sh in cuts])
         return mats
 
     # ---------------------------------------------------------------- order parameters
-    def theta(self, mats, t, slave: bool = True):
+    def theta(self, mats, t, slave: bool = True, squares=()):
         """(θ in ``Potential.names`` order with the slaved means, shape (R, #θ); the Grams of the factor
-        pairs)."""
+        pairs, and S Sᵀ of the indices in ``squares``, whose vector field reads it: ``Kind.reads_square``)."""
         grams, th = {}, np.zeros((self.R, len(self.P.names)))
         for a, b, po, pq in self.pair_pos:
+            frozen = self.frozen_pairs.get((a, b))
+            if frozen is not None and frozen[0] is mats[a] and frozen[1] is mats[b]:    # two frozen matrices
+                _, _, cols, gram = frozen
+                for p, v in cols:
+                    th[:, p] = v
+                if gram is not None:
+                    grams[(a, b)] = gram
+                continue
             if po is not None:
-                th[:, po] = pair_trace(mats[a], mats[b], self.N, grams, (a, b), transpose=pq is not None)
+                th[:, po] = pair_trace(mats[a], mats[b], self.N, grams, (a, b), transpose=pq is not None,
+                                       square=a == b and a in squares)
             if pq is not None:
                 th[:, pq] = pair_trace(mats[a], mats[b], self.N, grams, (a, b))
+            if a not in self.train and b not in self.train:
+                self.frozen_pairs[(a, b)] = (mats[a], mats[b], [(p, th[:, p].copy()) for p in (po, pq) if p is not None],
+                                             grams.get((a, b)))
         for p, v in self.theta_fixed.items():
             th[:, p] = v
-        th[:, self.mean_pos] = self.m_warm
-        biggest = float(np.abs(th).max()) if th.size else 0.0
+        if self.mean_pos:
+            th[:, self.mean_pos] = self.m_warm
+        biggest = max(float(th.max()), -float(th.min())) if th.size else 0.0
         if not biggest <= _BLOWUP:                                  # NaN fails too
             raise NumericalFailure(f"spectral flow diverged (order parameters {biggest:.3g}) at time {t:.6g}", t)
         if slave and self.mean_pos:
@@ -385,7 +401,7 @@ class _Flow:
         mats = self.unpack(y)
         try:
             with np.errstate(over="ignore", invalid="ignore"):
-                th, grams = self.theta(mats, t)
+                th, grams = self.theta(mats, t, squares=self.squares)
                 G = self.gradients(th, t)
         except ExpectationUndefined as exc:
             raise NumericalFailure(f"spectral flow: {exc} (at time {t:.6g})", t) from None
@@ -404,9 +420,10 @@ class _Flow:
 
     def check(self, y, t):
         """Raise NumericalFailure(t) on an accepted state that diverged or lost its slaved means."""
-        if not np.all(np.isfinite(y)):
+        big = max(float(y.max()), -float(y.min())) if y.size else 0.0      # NaN if any entry is NaN
+        if not math.isfinite(big):
             raise NumericalFailure(f"spectral flow: NaN/inf at time {t:.6g}", t)
-        if not self.mean_pos and float(np.max(np.abs(y), initial=0.0)) * self.N < _CHEAP_BOUND:
+        if not self.mean_pos and big * self.N < _CHEAP_BOUND:
             return                              # no means to update, and no trace can be near _BLOWUP
         th, _ = self.theta(self.unpack(y), t)
         if self.mean_pos:
@@ -515,23 +532,45 @@ def _integrate(spec, P, N, seeds, times, method, rtol, atol, spectra=True, init=
 
 
 # ============================================================================ SGD noise (stochastic flow)
-def _gaussian_pair_sum(rng, n: int, sign: float, dtype=np.float64) -> np.ndarray:
-    """(G + sign·Gᵀ)/√2 for G with i.i.d. N(0, 1) entries, drawn as its upper triangle: off the diagonal i.i.d.
-    N(0, 1) (mirrored, times sign), on it √2·N(0, 1) for sign +1 and 0 for −1 — half the Gaussian draws."""
-    upper = _UPPER.get(n)
-    if upper is None:
+def _normals(rng, m: int, dtype=np.float64, scale: float = 1.0) -> np.ndarray:
+    """m i.i.d. N(0, scale²) numbers by the Box–Muller transform of uniforms in ``dtype``: exactly Gaussian, and
+    in float32 twice as fast as NumPy's ziggurat (whose float32 draw is scalar; log, sqrt, cos and sin here are
+    vectorised). Tails reach ≈ 5.8σ in float32 (uniforms of 24 bits), beyond it a probability of 10⁻⁸."""
+    h = (m + 1) // 2
+    u = rng.random(2 * h, dtype=dtype)
+    r = np.log1p(-u[:h])                      # u < 1: log(1 − u) is finite
+    r *= -2.0
+    np.sqrt(r, out=r)
+    r *= scale
+    angle = u[h:]
+    angle *= 2.0 * math.pi
+    out = np.empty(2 * h, dtype=dtype)
+    np.cos(angle, out=out[:h])
+    out[:h] *= r
+    np.sin(angle, out=out[h:])
+    out[h:] *= r
+    return out[:m]
+
+
+def _pair_sum(rng, n: int, sign: float, dtype=np.float64, scale: float = 1.0, out=None) -> np.ndarray:
+    """scale·(G + sign·Gᵀ)/√2 for G with i.i.d. N(0, 1) entries, drawn as its upper triangle: off the diagonal
+    i.i.d. N(0, 1) (mirrored, times sign), on it √2·N(0, 1) for sign +1 and 0 for −1 — half the Gaussian draws
+    (:func:`_normals`). Written into ``out`` (every entry) when given."""
+    plan = _TRIANGLES.get(n)
+    if plan is None:
         i, j = np.triu_indices(n, 1)
-        upper = _UPPER[n] = i * n + j
-    Z = np.zeros(n * n, dtype=dtype)
-    Z[upper] = rng.standard_normal(upper.size, dtype=dtype)
-    Z = Z.reshape(n, n)
-    Z += sign * Z.T
-    if sign > 0:
-        Z.flat[::n + 1] = math.sqrt(2.0) * rng.standard_normal(n, dtype=dtype)
+        plan = _TRIANGLES[n] = (i * n + j, j * n + i)
+    upper, lower = plan
+    v = _normals(rng, upper.size + (n if sign > 0 else 0), dtype, scale)
+    Z = np.empty((n, n), dtype=dtype) if out is None else out
+    flat = Z.reshape(-1)
+    flat[upper] = v[:upper.size]
+    flat[lower] = v[:upper.size] if sign > 0 else -v[:upper.size]
+    flat[::n + 1] = math.sqrt(2.0) * v[upper.size:] if sign > 0 else 0.0
     return Z
 
 
-_UPPER: dict = {}      # n → flat indices of the strict upper triangle of an n × n matrix
+_TRIANGLES: dict = {}      # n → flat indices of the strict upper triangle of an n × n matrix and of its mirror
 
 
 class _Noise:
@@ -557,13 +596,20 @@ class _Noise:
         ν_a = 0), at each realisation's θ (rows of ``theta``)."""
         theta = np.atleast_2d(theta)
         n = len(self.flow.train)
+        names = self.flow.P.names
         Vs, Va = np.zeros((len(theta), n, n)), np.zeros((len(theta), n, n))
         for r, row in enumerate(theta):
-            vals, cache = dict(zip(self.flow.P.names, row)), {}
+            vals, cache = None, {}
 
             def nu(name):
+                nonlocal vals
                 if name not in cache:
-                    cache[name] = float(self.nu[name].value(vals))
+                    E = self.nu[name]
+                    if E.names == names:                  # the row itself, in E's order
+                        cache[name] = float(E.value(row))
+                    else:
+                        vals = dict(zip(names, row)) if vals is None else vals
+                        cache[name] = float(E.value(vals))
                 return cache[name]
 
             for i in range(n):
@@ -580,10 +626,13 @@ class _Noise:
     def factor(V: np.ndarray) -> np.ndarray:
         """C with C Cᵀ = V for each realisation's V (Cholesky; eigenvalue-clipped symmetric root if not
         positive definite)."""
-        if V.ndim == 3:
-            return np.array([_Noise.factor(v) for v in V])
         if not np.any(V):
             return V
+        if V.ndim == 3:
+            try:
+                return np.linalg.cholesky(V)              # all realisations at once
+            except np.linalg.LinAlgError:
+                return np.array([_Noise.factor(v) for v in V])
         try:
             return np.linalg.cholesky(V)
         except np.linalg.LinAlgError:
@@ -600,18 +649,23 @@ class _Noise:
         R, n = Cs.shape[0], Cs.shape[1]
         blocks, dtype = self.flow.blocks, self.flow.dtype
         size = blocks or N
-        out = [np.zeros((R, N, N), dtype=dtype) for _ in range(n)]
+        single = n == 1 and not blocks and not (Cs.any() and Ca.any())     # one draw a realisation, in place
+        which = 0 if Cs.any() else 1                                       # (the symmetric or the skew part)
+        out = [(np.empty if single else np.zeros)((R, N, N), dtype=dtype) for _ in range(n)]
         for r in range(R):
             rng, scale = self.rngs[r], self.signs[r] * math.sqrt(self.eps * dt / size)
-            for C, s in ((Cs[r], 1.0), (Ca[r], -1.0)):
-                if not np.any(C):
+            for part, (C, s) in enumerate(((Cs[r], 1.0), (Ca[r], -1.0))):
+                if single:
+                    if part == which:
+                        _pair_sum(rng, N, s, dtype, scale * float(C[0, 0]), out=out[0][r])
+                    continue
+                if not C.any():
                     continue
                 for m in range(n):
                     if blocks:
-                        Z = block_diag(*(_gaussian_pair_sum(rng, size, s, dtype) for _ in range(2)))
+                        Z = block_diag(*(_pair_sum(rng, size, s, dtype, scale) for _ in range(2)))
                     else:
-                        Z = _gaussian_pair_sum(rng, N, s, dtype)
-                    Z *= scale
+                        Z = _pair_sum(rng, N, s, dtype, scale)
                     for i in range(n):
                         if C[i, m] != 0.0:
                             out[i][r] += float(C[i, m]) * Z
@@ -691,10 +745,14 @@ def _integrate_noisy(spec, P, nu, N, seeds, times, epsilon, rngs, dt_max, spectr
     atol = rtol * 1e-2 * max(float(np.sqrt(np.mean(y ** 2))), 1e-300)
     per_degree = np.concatenate([np.full(np.size(p), 1.0 / spec.indices[k].kind.split_degree(flow.mats[k]))
                                  for k in flow.train for p in flow.mats[k].parts()])
+    if per_degree.size and np.all(per_degree == per_degree[0]):
+        per_degree = float(per_degree[0])                      # one degree: a number, not an array pass
 
     def rate_of(k1, y):
         """Relative speed of the trained parameters (an array of degree p in them changes p times as fast)."""
-        return float(np.linalg.norm(k1 * per_degree)) / max(float(np.linalg.norm(y)), 1e-300)
+        speed = abs(per_degree) * float(np.linalg.norm(k1)) if isinstance(per_degree, float) else \
+            float(np.linalg.norm(k1 * per_degree))
+        return speed / max(float(np.linalg.norm(y)), 1e-300)
 
     sched = spec.schedule
 
@@ -704,7 +762,8 @@ def _integrate_noisy(spec, P, nu, N, seeds, times, epsilon, rngs, dt_max, spectr
         interval is ε₀ ∫ s² (docs/theory.md §3, "Schedules")."""
         th, _ = flow.theta(flow.unpack(y), t_now)                 # raises beyond _BLOWUP
         Vs, Va = noise.nu_matrices(th)
-        nu_max = max(float(np.max(np.abs(np.linalg.eigvalsh(Vs + Va)))), 1e-300)     # over the realisations
+        V = Vs + Va                                               # over the realisations:
+        nu_max = max(float(np.max(np.abs(V if V.shape[-1] == 1 else np.linalg.eigvalsh(V)))), 1e-300)
         if length > 0:
             dt = length if sched.constant else length * sched.mean_square(start, start + length)
             flow.mats = noise.apply(flow.unpack(y), noise.increments(noise.factor(Vs), noise.factor(Va), dt, N))
@@ -729,8 +788,12 @@ def _integrate_noisy(spec, P, nu, N, seeds, times, epsilon, rngs, dt_max, spectr
             method = pair["method"]
             with np.errstate(over="ignore", invalid="ignore"):
                 y_new, err = method.step(flow.rhs, t, y, h, k1, stages)
-                scale = atol + rtol * np.maximum(np.abs(y), np.abs(y_new))
-                e = float(np.sqrt(np.mean((err / scale) ** 2)))
+                scale = np.abs(y)                                  # err/(atol + rtol·max(|y|, |y_new|)), RMS
+                np.maximum(scale, np.abs(y_new), out=scale)
+                scale *= rtol
+                scale += atol
+                np.divide(err, scale, out=scale)
+                e = math.sqrt(float(np.dot(scale, scale)) / scale.size)
             if np.isfinite(e) and e <= 1.0:
                 return y_new, e, h, method
             pair["method"] = DRIFTS[-1]                  # a rejection: the pair with the longer stability interval

@@ -11,6 +11,7 @@ stability bounds them (the stiff tied h2 flow, stiffest mode ≈ 140–1200) Cas
 from __future__ import annotations
 
 import numpy as np
+from scipy.linalg import get_blas_funcs
 
 
 class CashKarp:
@@ -26,6 +27,7 @@ class CashKarp:
                   [1631 / 55296, 175 / 512, 575 / 13824, 44275 / 110592, 253 / 4096]])
     B = np.array([2825 / 27648, 0, 18575 / 48384, 13525 / 55296, 277 / 14336, 1 / 4])
     E = np.array([37 / 378, 0, 250 / 621, 125 / 594, 0, 512 / 1771]) - B
+    BE = np.stack([B, E])
     order = 4
     error_order = 5        # the error estimate is O(h⁵)
     stability = 4.21
@@ -43,6 +45,7 @@ class BogackiShampine:
     A = np.array([[0, 0, 0], [1 / 2, 0, 0], [0, 3 / 4, 0], [2 / 9, 1 / 3, 4 / 9]])
     B = np.array([2 / 9, 1 / 3, 4 / 9, 0.0])
     E = B - np.array([7 / 24, 1 / 4, 1 / 3, 1 / 8])
+    BE = np.stack([B, E])
     order = 3
     error_order = 3
     stability = 2.51
@@ -56,7 +59,10 @@ def _explicit_step(tab, f, t, y, h, k1, K):
     """(y_new, error vector) of an embedded explicit pair ``tab``; ``K``: a (stages × y.size) buffer, so that
     each combination is one GEMV."""
     n, dt = len(tab.B), K.dtype
+    gemv = get_blas_funcs("gemv", (K,))
     K[0] = k1
-    for s in range(1, n):
-        K[s] = f(t + tab.C[s] * h, y + (h * tab.A[s, :s]).astype(dt) @ K[:s])
-    return y + (h * tab.B).astype(dt) @ K[:n], (h * tab.E).astype(dt) @ K[:n]
+    for s in range(1, n):           # y + h Σ_j a_sj k_j: one GEMV on the stages' (Fortran-ordered) transpose
+        K[s] = f(t + tab.C[s] * h, gemv(1.0, K[:s].T, (h * tab.A[s, :s]).astype(dt), beta=1.0, y=y))
+    step, err = (h * tab.BE).astype(dt) @ K[:n]          # both combinations in one pass over the stages
+    step += y
+    return step, err

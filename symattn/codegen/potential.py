@@ -68,7 +68,12 @@ class CompiledPotential:
 
     def gradient_matrices(self, thetas) -> tuple:
         """(GΩ, GΨ), each (R, K, K), at the R rows of ``thetas`` (``Potential.gradient_matrices``)."""
-        return self._base.split_gradients(np.array([self.value_and_gradient(row)[1] for row in thetas]))
+        base, f, law = self._base, self._phi_and_grad, self._law
+        thetas = np.asarray(thetas, dtype=float)
+        if base.quad_terms:
+            for row in thetas:
+                base.check_existence(row)
+        return base.split_gradients(np.array([f(row, law)[1] for row in thetas]))
 
     def gamma(self, values) -> np.ndarray:
         return self.gradients(values).gamma

@@ -94,6 +94,11 @@ class Kind:
         caps a step by the parameters' relative change, that of the array divided by this degree)."""
         return 1
 
+    def reads_square(self, M, metric=None) -> bool:
+        """Whether its ``matrix_velocity`` reads S Sᵀ of its size-N array ``M`` (``_Context.sym_anticommutator``):
+        the flow then traces Tr S²/N from that product instead of computing both (``spectral._Flow.theta``)."""
+        return False
+
     def noise_map(self, M, X, metric=None):
         """Its size-N matrix ``M`` (``symattn.matrix.Mat``) after the Gaussian-equivalent SGD noise
         increment X (``spectral._Noise``): additive, S ← S − X (whitened: S̃ ← S̃ − ΣXΣ, ``metric`` = Σ's

@@ -40,7 +40,7 @@ class Direct(Dense):
         grad = np.zeros_like(ctx.mats[k].value)
         for l in range(ctx.K):
             g = ctx.gamma[..., k, l]
-            if np.any(g != 0.0):
+            if g.any():
                 ctx.add_sym(grad, l, -2.0 * g)
         return (ctx.precondition_dense(grad) - ctx.wd * ctx.mats[k].value,)
 

@@ -63,7 +63,7 @@ class Untied(Kind):
         XV, XtU = np.zeros_like(V), np.zeros_like(U)
         for l in range(ctx.K):
             o, p = ctx.omega[..., k, l], ctx.psi[..., k, l]
-            if not (np.any(o != 0.0) or np.any(p != 0.0)):
+            if not (o.any() or p.any()):
                 continue
             Ml, o, p = ctx.mats[l], o[..., None, None], p[..., None, None]
             XV += o * Ml.apply(V) + p * Ml.apply_t(V)
