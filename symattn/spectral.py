@@ -555,7 +555,7 @@ def _normals(rng, m: int, dtype=np.float64, scale: float = 1.0) -> np.ndarray:
 def _pair_sum(rng, n: int, sign: float, dtype=np.float64, scale: float = 1.0, out=None) -> np.ndarray:
     """scale·(G + sign·Gᵀ)/√2 for G with i.i.d. N(0, 1) entries, drawn as its upper triangle: off the diagonal
     i.i.d. N(0, 1) (mirrored, times sign), on it √2·N(0, 1) for sign +1 and 0 for −1 — half the Gaussian draws
-    (:func:`_normals`). Written into ``out`` (every entry) when given."""
+    (:func:`_normals`). Written into ``out`` (every entry; a C-contiguous n × n array) when given."""
     plan = _TRIANGLES.get(n)
     if plan is None:
         i, j = np.triu_indices(n, 1)
@@ -563,6 +563,8 @@ def _pair_sum(rng, n: int, sign: float, dtype=np.float64, scale: float = 1.0, ou
     upper, lower = plan
     v = _normals(rng, upper.size + (n if sign > 0 else 0), dtype, scale)
     Z = np.empty((n, n), dtype=dtype) if out is None else out
+    if not Z.flags.c_contiguous:                  # the flat view below would be a copy
+        raise ValueError("out: the increment is written through a flat view, so it must be C-contiguous")
     flat = Z.reshape(-1)
     flat[upper] = v[:upper.size]
     flat[lower] = v[:upper.size] if sign > 0 else -v[:upper.size]
