@@ -255,3 +255,36 @@ def test_box_muller_normals(dtype):
     x = z.astype(np.float64) / scale
     assert stats.kstest(x, "norm").pvalue > 1e-3
     assert abs(x.mean()) < 5 * 0.0016 and abs(x.var() - 1.0) < 5 * 0.0022 and abs(np.mean(x ** 4) - 3.0) < 5 * 0.015
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_dense_tied_flow_keeps_s_exactly_symmetric(dtype):
+    """The antisymmetric part of a dense tied S is unstable under its flow (docs/theory.md §5, "Precision":
+    9·10⁻⁹ grows to O(1) by τ = 0.5), so the vector field (a SYRK, and terms symmetric entry by entry) and the
+    noise map must each keep S exactly symmetric: on two realisations of tied h2 at N = 100, every one of 20
+    Cash–Karp drift steps and every noise map after them leaves S bit-for-bit symmetric (a GEMM S·S in the
+    vector field fails at the first drift step: at N = 100 OpenBLAS's product is not symmetric to the bit)."""
+    from symattn.codegen.potential import compiled_potential
+    from symattn.spectral import _start
+    from symattn.stepping import CashKarp
+    spec = load_spec("tied_h2_L1")
+    P = compiled_potential(spec)
+    flow = _start(spec, P, 100, [0, 1], "free")
+    assert flow.mats[0].kind == "dense"
+    flow.to_dtype(dtype)
+    noise = _Noise(flow, P.nu, 0.05, [np.random.default_rng(1), np.random.default_rng(2)])
+    y, t, h = flow.pack(), 0.0, 2e-3
+    stages = np.empty((6, y.size), dtype=y.dtype)
+
+    def symmetric(y):
+        S = flow.unpack(y)[0].value
+        return np.abs(S).max() > 0.1 and np.array_equal(S, S.swapaxes(-1, -2))
+
+    for _ in range(20):
+        y, _ = CashKarp.step(flow.rhs, t, y, h, flow.rhs(t, y), stages)
+        t += h
+        assert symmetric(y), "drift step"
+        Vs, Va = noise.nu_matrices(flow.theta(flow.unpack(y), t)[0])
+        flow.mats = noise.apply(flow.unpack(y), noise.increments(noise.factor(Vs), noise.factor(Va), h, 100))
+        y = flow.pack()
+        assert symmetric(y), "noise map"
