@@ -12,7 +12,7 @@ it replaces, and how that cost grows (issue: the default theory ≥ 10× cheaper
    number of indices (1 student + 1 teacher; 2 heads + 2 teachers), with the fitted exponent in N.
 
 Run: ``python benchmarks/bench_theory_cost.py [--quick-only]`` (state the machine load; the simulate runs take
-≈ 15 s and ≈ 60 s on the 2-core machine).
+≈ 15 s and 60–110 s on the 2-core machine, whose speed drifts).
 """
 import os
 import subprocess
