@@ -601,17 +601,12 @@ class _Noise:
         names = self.flow.P.names
         Vs, Va = np.zeros((len(theta), n, n)), np.zeros((len(theta), n, n))
         for r, row in enumerate(theta):
-            vals, cache = None, {}
+            cache = {}
 
             def nu(name):
-                nonlocal vals
                 if name not in cache:
-                    E = self.nu[name]
-                    if E.names == names:                  # the row itself, in E's order
-                        cache[name] = float(E.value(row))
-                    else:
-                        vals = dict(zip(names, row)) if vals is None else vals
-                        cache[name] = float(E.value(vals))
+                    E = self.nu[name]                     # the row itself where E reads θ in the same order
+                    cache[name] = float(E.value(row if E.names == names else dict(zip(names, row))))
                 return cache[name]
 
             for i in range(n):
@@ -747,14 +742,10 @@ def _integrate_noisy(spec, P, nu, N, seeds, times, epsilon, rngs, dt_max, spectr
     atol = rtol * 1e-2 * max(float(np.sqrt(np.mean(y ** 2))), 1e-300)
     per_degree = np.concatenate([np.full(np.size(p), 1.0 / spec.indices[k].kind.split_degree(flow.mats[k]))
                                  for k in flow.train for p in flow.mats[k].parts()])
-    if per_degree.size and np.all(per_degree == per_degree[0]):
-        per_degree = float(per_degree[0])                      # one degree: a number, not an array pass
 
     def rate_of(k1, y):
         """Relative speed of the trained parameters (an array of degree p in them changes p times as fast)."""
-        speed = abs(per_degree) * float(np.linalg.norm(k1)) if isinstance(per_degree, float) else \
-            float(np.linalg.norm(k1 * per_degree))
-        return speed / max(float(np.linalg.norm(y)), 1e-300)
+        return float(np.linalg.norm(k1 * per_degree)) / max(float(np.linalg.norm(y)), 1e-300)
 
     sched = spec.schedule
 

@@ -14,7 +14,29 @@ import numpy as np
 from scipy.linalg import get_blas_funcs
 
 
-class CashKarp:
+class _EmbeddedPair:
+    """An embedded explicit pair: tableau C, A, B (the propagated solution) and E (the error estimate)."""
+    B: np.ndarray
+    E: np.ndarray
+
+    def __init_subclass__(cls):
+        cls.BE = np.stack([cls.B, cls.E])     # both final combinations in one product
+
+    @classmethod
+    def step(cls, f, t, y, h, k1, K):
+        """(y_new, error vector) from (t, y) with k1 = f(t, y); ``K``: a (stages × y.size) buffer, so that each
+        combination is one GEMV."""
+        n, dt = len(cls.B), K.dtype
+        gemv = get_blas_funcs("gemv", (K,))
+        K[0] = k1
+        for s in range(1, n):       # y + h Σ_j a_sj k_j: one GEMV on the stages' (Fortran-ordered) transpose
+            K[s] = f(t + cls.C[s] * h, gemv(1.0, K[:s].T, (h * cls.A[s, :s]).astype(dt), beta=1.0, y=y))
+        step, err = (h * cls.BE).astype(dt) @ K[:n]
+        step += y
+        return step, err
+
+
+class CashKarp(_EmbeddedPair):
     """Cash & Karp's embedded 5(4) pair (ACM TOMS 16 (1990) 201), propagating its 4th-order solution
     (the Fehlberg mode): six evaluations a step, a real stability interval [−4.21, 0] against
     Dormand–Prince's [−3.31, 0] in seven. ``E`` = b5 − b4 estimates its error."""
@@ -27,17 +49,12 @@ class CashKarp:
                   [1631 / 55296, 175 / 512, 575 / 13824, 44275 / 110592, 253 / 4096]])
     B = np.array([2825 / 27648, 0, 18575 / 48384, 13525 / 55296, 277 / 14336, 1 / 4])
     E = np.array([37 / 378, 0, 250 / 621, 125 / 594, 0, 512 / 1771]) - B
-    BE = np.stack([B, E])
     order = 4
     error_order = 5        # the error estimate is O(h⁵)
     stability = 4.21
 
-    @staticmethod
-    def step(f, t, y, h, k1, K):
-        return _explicit_step(CashKarp, f, t, y, h, k1, K)
 
-
-class BogackiShampine:
+class BogackiShampine(_EmbeddedPair):
     """Bogacki & Shampine's embedded 3(2) pair (Appl. Math. Lett. 2 (1989) 321), propagating its 3rd-order
     solution: four evaluations a step here (its first-same-as-last stage cannot be reused: the noise map
     comes between two steps), real stability interval [−2.51, 0]."""
@@ -45,24 +62,7 @@ class BogackiShampine:
     A = np.array([[0, 0, 0], [1 / 2, 0, 0], [0, 3 / 4, 0], [2 / 9, 1 / 3, 4 / 9]])
     B = np.array([2 / 9, 1 / 3, 4 / 9, 0.0])
     E = B - np.array([7 / 24, 1 / 4, 1 / 3, 1 / 8])
-    BE = np.stack([B, E])
     order = 3
     error_order = 3
     stability = 2.51
 
-    @staticmethod
-    def step(f, t, y, h, k1, K):
-        return _explicit_step(BogackiShampine, f, t, y, h, k1, K)
-
-
-def _explicit_step(tab, f, t, y, h, k1, K):
-    """(y_new, error vector) of an embedded explicit pair ``tab``; ``K``: a (stages × y.size) buffer, so that
-    each combination is one GEMV."""
-    n, dt = len(tab.B), K.dtype
-    gemv = get_blas_funcs("gemv", (K,))
-    K[0] = k1
-    for s in range(1, n):           # y + h Σ_j a_sj k_j: one GEMV on the stages' (Fortran-ordered) transpose
-        K[s] = f(t + tab.C[s] * h, gemv(1.0, K[:s].T, (h * tab.A[s, :s]).astype(dt), beta=1.0, y=y))
-    step, err = (h * tab.BE).astype(dt) @ K[:n]          # both combinations in one pass over the stages
-    step += y
-    return step, err
