@@ -24,6 +24,7 @@ from symattn.simulation.init import draw_initial
 from symattn.simulation.sgd import Model
 from symattn.spec import load_spec
 
+pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch")
 from symattn.simulation.torch_backend import TorchModel  # noqa: E402
 

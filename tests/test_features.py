@@ -125,7 +125,7 @@ def _plain_sgd_steps(spec, W, T, lam, Z, a):
     return W
 
 
-@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize("backend", ["numpy", pytest.param("torch", marks=pytest.mark.torch)])
 def test_whitened_preconditioned_sgd_is_plain_sgd_on_the_original_factors(backend):
     spec = spec_with("tied_h2_L1_small", TWO)
     d, steps = 24, 6

@@ -51,7 +51,7 @@ def test_schedule_is_a_change_of_clock_at_zero_noise(table):
     assert abs(clock[-1] - T) > 0.15 * T                         # the schedule does change the clock
 
 
-@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize("backend", ["numpy", pytest.param("torch", marks=pytest.mark.torch)])
 def test_step_to_zero_stops_sgd_and_theory_at_the_milestone(backend):
     if backend == "torch":
         pytest.importorskip("torch")
