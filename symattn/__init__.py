@@ -21,6 +21,7 @@ _PUBLIC = {
     "Spec": ("symattn.spec", "Spec"),
     "potential": ("symattn.derivation.potential", "potential"),
     "derive": ("symattn.derivation", "derive"),
+    "matrix_flow": ("symattn.derivation.matrix_flow", "matrix_flow"),
     "integrate": ("symattn.integration", "integrate"),
     "simulate": ("symattn.simulation.run", "simulate"),
     "compare": ("symattn.comparison", "compare"),

@@ -31,7 +31,7 @@ READOUTS = ("sum", "mean")
 _TOP_KEYS = {"name", "model", "indices", "training", "theory"}
 _MODEL_KEYS = {"tokens", "token_covariance", "activation", "beta", "readout", "label_noise", "loss",
                "feature_covariance"}
-_INDEX_KEYS = {"name", "role", "parameterization", "width", "init_scale", "scale"}
+_INDEX_KEYS = {"name", "role", "parameterization", "width", "init_scale", "scale", "symbol"}
 _TRAINING_KEYS = {"batch_size", "noise_ratio", "learning_rate", "weight_decay", "schedule"}
 _THEORY_KEYS = {"truncation"}
 
@@ -57,6 +57,7 @@ class Index:
     width: float = 1.0
     init_scale: tuple = (1.0,)
     scale: float = 1.0
+    symbol: str | None = None       # its short symbol in equations (symbolic.names; default: its initial)
 
     @property
     def trainable(self) -> bool:
@@ -350,7 +351,11 @@ def _index(src, n, raw, seen, key=None, keys=_INDEX_KEYS):
         allowed = " and ".join(n for n, k in KINDS.items() if k.uses_scale)
         _fail(src, f"{key}.scale", f"only an {allowed} teacher has a scale")
     scale = _number(src, f"{key}.scale", raw.get("scale", 1.0), high=MAX_SCALE)
-    return Index(name=name, role=role, parameterization=par, width=width, init_scale=init, scale=scale)
+    symbol = raw.get("symbol")
+    if symbol is not None and (not isinstance(symbol, str) or not re.fullmatch(r"[A-Za-z][A-Za-z0-9]{0,7}", symbol)):
+        _fail(src, f"{key}.symbol", f"expected a short alphanumeric symbol starting with a letter (at most 8 "
+                                    f"characters, e.g. \"s\" or \"h1\"), got {symbol!r}")
+    return Index(name=name, role=role, parameterization=par, width=width, init_scale=init, scale=scale, symbol=symbol)
 
 
 def parse_setting(item: str) -> tuple:
@@ -476,6 +481,11 @@ def load_spec(source, settings=None) -> Spec:
         indices.append(ix)
     if len(indices) > MAX_INDICES:
         _fail(src, "indices", f"at most {MAX_INDICES} indices are supported, got {len(indices)}")
+    given = [ix.symbol for ix in indices if ix.symbol is not None]
+    if len(set(given)) < len(given):
+        twice = next(x for x in given if given.count(x) > 1)
+        _fail(src, f"indices.{next(ix.name for ix in indices if ix.symbol == twice)}.symbol",
+              f"symbol {twice!r} is given to two indices")
     if not features.identity:
         for ix in indices:
             if not ix.kind.whitens:

@@ -65,7 +65,7 @@ class System(PicklesWithoutCaches):
     """A derived limit system (module docstring): state layout, sparse terms, coefficient rules,
     observables, and the expectations (Φ, ν) its coefficients are read from."""
 
-    TRANSIENT = ("_module", "_retruncated")           # the imported module; lower truncations
+    TRANSIENT = ("_module", "_retruncated", "_equations")    # the imported module; lower truncations; SymPy view
 
     description: str               # e.g. "direct/tied moment hierarchy" (module headers)
     spec: Spec
@@ -110,6 +110,52 @@ class System(PicklesWithoutCaches):
 
     def spec_text(self) -> str:
         return json.dumps(self.spec.structure, indent=1, sort_keys=True, default=str)
+
+    # ---------------------------------------------------------------- the equations (derivation.equations)
+    @property
+    def _sympy(self):
+        eq = self.__dict__.get("_equations")
+        if eq is None:
+            from .equations import Equations
+            eq = self._equations = Equations(self)
+        return eq
+
+    def symbols(self) -> dict:
+        """Word name (``word_names``) → SymPy symbol of its moment (μ_{sst}, m_s), and coefficient name
+        (``coef_names``: Gamma_0_1, GO_0_1, beta_0, nu_0_0, gamma; epsilon) → its symbol."""
+        return self._sympy.symbols()
+
+    def equations(self, closed: bool = False) -> dict:
+        """Word name → dμ_w/dτ as a SymPy expression (package time τ = nα/d); ``closed``: the coefficients
+        replaced by their closed forms in the moments (docs/theory.md §4–§7; ``derivation.equations``)."""
+        return self._sympy.equations(closed)
+
+    def latex(self, closed: bool = False) -> str:
+        """The equations as a LaTeX ``aligned`` block (the moving entries)."""
+        return self._sympy.latex(closed)
+
+    def jacobian(self, closed: bool = True):
+        """The SymPy Jacobian ∂(dy/dτ)/∂y of the moving state entries."""
+        return self._sympy.jacobian(closed)
+
+    def rhs_function(self, closed: bool = True, epsilon: float | None = None, gamma: float | None = None):
+        """f(τ, y) → dy/dτ (NumPy), lambdified from the SymPy equations."""
+        return self._sympy.function(closed, epsilon=epsilon, gamma=gamma)
+
+    def column_equations(self, closed: bool = True) -> dict:
+        """A closed (direct, general) system as an ODE in the CSV's order parameters: column name → its time
+        derivative in the columns' symbols (``derivation.equations.column_equations``)."""
+        from .equations import column_equations
+        return column_equations(self, closed)
+
+    def __repr__(self):
+        return (f"<System {self.spec.name}: {self.description}, M = {self.truncation}, {self.size} moments, "
+                f"{len(self.terms)} terms>")
+
+    def _repr_latex_(self):
+        if self.size > 80:
+            return None                      # too long to read as one block: the plain repr
+        return "$$" + self.latex() + r"\qquad(\text{package time } \tau = n\alpha/d)$$"
 
 
 def pack_terms(acc) -> np.ndarray:

@@ -191,3 +191,14 @@ class Kind:
         whose mean ν tr(middle)·outer replaces the letter (outer = () for the identity)."""
         raise NotImplementedError
 
+    # ----------------------------------------------------------------- the flow as SymPy (derivation.matrix_flow)
+    def factor_flow(self, k: int, K: int, c) -> dict:
+        """factor name → d(factor)/dτ as a SymPy matrix expression in the symbols ``c``
+        (``derivation.matrix_flow.FlowSymbols``): the kind's statement of its gradient flow."""
+        raise NotImplementedError
+
+    def letters_from_factors(self, k: int, factors: dict, c) -> dict:
+        """letter name → (d(letter)/dτ by the product rule on ``factors``, {(X, Yᵀ): letter} to write factor
+        products back as letters): what ``matrix_flow.check_product_rule`` compares with the letter flow."""
+        raise NotImplementedError
+

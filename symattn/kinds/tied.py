@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import sympy as sp
 
 from .base import Kind, factor_width, transpose
 
@@ -135,6 +136,20 @@ class Tied(Kind):
                 items += [(G, metric + r + (S,), -4.0 * w), (G, (S,) + r + metric, -4.0 * w)]
         items.append((cidx["gamma"], (S,), -2.0))
         return {S: items}
+
+    def factor_flow(self, k, K, c):
+        """dW_k/dτ = −4 Σ (Σ_l Γ_kl S_l) W_k − γ W_k (S_l of a non-symmetric index: (M_l + M_lᵀ)/2)."""
+        W = c.factor("W", k)
+        drive = sp.MatAdd(*[sp.Rational(1, 2 if len(reps) > 1 else 1) * c.coef(f"Gamma_{k}_{l}") * c.letter(x)
+                            for l in range(K) for reps in [[x for x in ((l, "S"), (l, "T"))
+                                                            if x[1] == "S" or not c.spec.indices[l].symmetric]]
+                            for x in reps])
+        return {W.name: (-4 * c.sigma * drive * W - c.coef("gamma") * W).doit()}
+
+    def letters_from_factors(self, k, factors, c):
+        W = c.factor("W", k)
+        dW = factors[W.name]
+        return {c.S(k).name: (dW * W.T + W * dW.T, {(W, W.T): c.S(k)})}
 
     def fluctuation_forms(self, letter, metric=()):
         """S̃ ← (I − 2αΣĤ)S̃(I − 2αĤΣ): forms −2α(ΣδS̃ + S̃δΣ)."""

@@ -3,6 +3,7 @@ an O(1/√d) mean m = Tr M/√d with a fast phase. Letters: S = M, T = Mᵀ, A =
 from __future__ import annotations
 
 import numpy as np
+import sympy as sp
 
 from .base import Kind, factor_width, transpose
 
@@ -140,6 +141,24 @@ class Untied(Kind):
             fA += [(o, left(Ml, T), -2.0), (o, right(M, Tl), -2.0), (p, left(Tl, T), -2.0), (p, right(M, Ml), -2.0)]
             fB += [(o, left(Tl, M), -2.0), (o, right(T, Ml), -2.0), (p, left(Ml, M), -2.0), (p, right(T, Tl), -2.0)]
         return {M: fM, T: fT, A: fA, B: fB}
+
+    def factor_flow(self, k, K, c):
+        """U̇ = −β̄ΣV − 2ΣXV − γU, V̇ = −β̄ΣU − 2ΣXᵀU − γV, X = Σ_l (GΩ_kl M_l + GΨ_kl M_lᵀ) (docs/theory.md §6)."""
+        U, V = c.factor("U", k), c.factor("V", k)
+        X = sp.MatAdd(*[c.coef(f"GO_{k}_{l}") * c.letter((l, "S")) + c.coef(f"GP_{k}_{l}") * c.letter((l, "T"))
+                        for l in range(K)]).doit()
+        b, g, m = c.coef(f"beta_{k}"), c.coef("gamma"), c.sigma
+        return {U.name: (-b * m * V - 2 * m * X * V - g * U).doit(),
+                V.name: (-b * m * U - 2 * m * X.T * U - g * V).doit()}
+
+    def letters_from_factors(self, k, factors, c):
+        from ..derivation.matrix_flow import _letter_name
+        U, V = c.factor("U", k), c.factor("V", k)
+        dU, dV = factors[U.name], factors[V.name]
+        M, A, B = c.letter((k, "S")), c.letter((k, "A")), c.letter((k, "B"))
+        pairs = {(U, V.T): M, (V, U.T): M.T, (U, U.T): A, (V, V.T): B}
+        return {M.name: (dU * V.T + U * dV.T, pairs), _letter_name(c, (k, "T")): (dV * U.T + V * dU.T, pairs),
+                A.name: (dU * U.T + U * dU.T, pairs), B.name: (dV * V.T + V * dV.T, pairs)}
 
     def fluctuation_forms(self, letter, metric=()):
         """U ← U − αΣĤV, V ← V − αΣĤᵀU (Σ = I without a feature covariance): M: −α(ΣδB + AδΣ), …"""

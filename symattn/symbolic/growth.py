@@ -38,23 +38,38 @@ def _may_grow(g, y) -> bool:
     return False
 
 
-def axis_growth(expr, var, variables) -> float:
+def _probe(fn, n: int, at: int) -> bool:
+    """Whether log(|f| + 1)/y² stays below TAME at |y| = PROBES[1] and does not grow from PROBES[0] on, along
+    variable ``at`` of the n (the others at 0) on both sides: the tame case, settled without SymPy."""
+    import mpmath
+    try:
+        with mpmath.workdps(30):
+            def ratio(y):
+                x = [mpmath.mpf(0)] * n
+                x[at] = mpmath.mpf(y)
+                return abs(float(mpmath.log(abs(fn(*x)) + 1) / mpmath.mpf(y) ** 2))
+            probe = {(s, p): ratio(s * p) for s in (1, -1) for p in PROBES}
+    except Exception:            # a function mpmath does not know, an overflow: SymPy's limit decides
+        return False
+    return all(probe[s, PROBES[1]] < TAME and probe[s, PROBES[1]] <= probe[s, PROBES[0]] for s in (1, -1))
+
+
+def axis_growth(expr, var, variables, fn=None) -> float:
     """c of ``expr`` along ``var`` with the other ``variables`` at 0 (module docstring): 0.0, a positive
-    float, ``math.inf``, or NaN where SymPy cannot tell."""
-    g = expr.subs({v: 0 for v in variables if v != var})
+    float, ``math.inf``, or NaN where SymPy cannot tell. ``fn``: ``expr`` lambdified in ``variables`` (mpmath),
+    for the numerical probe."""
+    variables = list(variables)
+    if fn is None:
+        if var not in expr.free_symbols or not _may_grow(expr, var):
+            return 0.0
+        fn = sp.lambdify(variables, expr, modules="mpmath")
+    if _probe(fn, len(variables), variables.index(var)):
+        return 0.0
+    g = expr.xreplace({v: sp.Integer(0) for v in variables if v != var})
     if var not in g.free_symbols or not _may_grow(g, var):
         return 0.0
     y = sp.Dummy("y", real=True)
     ratio = sp.log(sp.Abs(g.subs(var, y)) + 1) / y**2
-    try:
-        import mpmath
-        fn = sp.lambdify(y, ratio, modules="mpmath")
-        with mpmath.workdps(30):
-            probe = {(s, p): abs(float(fn(mpmath.mpf(s * p)))) for s in (1, -1) for p in PROBES}
-        if all(probe[s, PROBES[1]] < TAME and probe[s, PROBES[1]] <= probe[s, PROBES[0]] for s in (1, -1)):
-            return 0.0
-    except Exception:            # a function mpmath does not know, an overflow: SymPy's limit decides
-        pass
     out = 0.0
     for end in (sp.oo, -sp.oo):
         try:
@@ -71,9 +86,15 @@ def axis_growth(expr, var, variables) -> float:
 
 def variance_bounds(expr, variables) -> tuple:
     """Per variable, the largest variance at which E f exists: 1/(2c) (``math.inf`` for c = 0, 0 for
-    c = ∞, ``math.inf`` where c is unknown: left to the numerical check)."""
-    out = []
+    c = ∞, ``math.inf`` where c is unknown: left to the numerical check). ``expr`` is lambdified once for the
+    probes of every axis; SymPy's limit runs only along an axis the probe does not settle."""
+    variables = list(variables)
+    out, fn = [], None
     for v in variables:
-        c = axis_growth(expr, v, variables)
+        if v not in expr.free_symbols or not _may_grow(expr, v):
+            c = 0.0
+        else:
+            fn = fn or sp.lambdify(variables, expr, modules="mpmath")
+            c = axis_growth(expr, v, variables, fn)
         out.append(math.inf if (c == 0.0 or math.isnan(c)) else (0.0 if math.isinf(c) else 0.5 / c))
     return tuple(out)
