@@ -5,6 +5,12 @@ Time axis: package time nα/d. Run-time parameters: params = [weight decay γ, n
 Structure digest: 756da5e5f79260f9
 Φ = 3*q_student_student**2 - 2*q_student_student*q_teacher_teacher - 4*q_student_teacher**2 + 3*q_teacher_teacher**2
 
+Equations (package time tau = n*alpha/d; mu_w = Tr(w)/d of the words below; Gamma, GammaOmega, GammaPsi = the
+gradient of Phi in the full-matrix convention, betabar the slaved-mean force, nu the SGD-noise constants; the
+module evaluates exactly these: symattn's System.equations()):
+    d mu_s/dtau = -2*Gamma_ss*mu_s - 2*Gamma_st*mu_t - gamma*mu_s
+    d mu_ss/dtau = -4*Gamma_ss*mu_ss - 4*Gamma_st*mu_st + epsilon*nu_ss - 2*gamma*mu_ss
+    d mu_st/dtau = -2*Gamma_ss*mu_st - 2*Gamma_st*mu_tt - gamma*mu_st
 Model structure (the module depends on nothing else of the spec):
     {
      "activation": "h2",

@@ -5,6 +5,20 @@ Time axis: package time nα/d. Run-time parameters: params = [weight decay γ, n
 Structure digest: a4f0cc5365f235ec
 Φ = 3*q_student_student**2 - 2*q_student_student*q_teacher_teacher - 4*q_student_teacher**2 + 3*q_teacher_teacher**2
 
+Equations (package time tau = n*alpha/d; mu_w = Tr(w)/d of the words below; Gamma, GammaOmega, GammaPsi = the
+gradient of Phi in the full-matrix convention, betabar the slaved-mean force, nu the SGD-noise constants; the
+module evaluates exactly these: symattn's System.equations()):
+    d mu_s/dtau = -8*Gamma_ss*mu_ss - 8*Gamma_st*mu_st + 4*epsilon*mu_s*nu_ss - 2*gamma*mu_s
+    d mu_ss/dtau = -16*Gamma_ss*mu_sss - 16*Gamma_st*mu_sst + 16*epsilon*mu_s**2*nu_ss + 8*epsilon*mu_ss*nu_ss - 4*gamma*mu_ss
+    d mu_st/dtau = -8*Gamma_ss*mu_sst - 8*Gamma_st*mu_stt + 4*epsilon*mu_s*mu_t*nu_ss - 2*gamma*mu_st
+    d mu_sss/dtau = -24*Gamma_ss*mu_ssss - 24*Gamma_st*mu_ssst + 48*epsilon*mu_s*mu_ss*nu_ss + 12*epsilon*mu_sss*nu_ss - 6*gamma*mu_sss
+    d mu_sst/dtau = -16*Gamma_ss*mu_ssst - 8*Gamma_st*mu_sstt - 8*Gamma_st*mu_stst + 16*epsilon*mu_s*mu_st*nu_ss + 4*epsilon*mu_ss*mu_t*nu_ss + 4*epsilon*mu_sst*nu_ss - 4*gamma*mu_sst
+    d mu_stt/dtau = -8*Gamma_ss*mu_sstt - 8*Gamma_st*mu_sttt + 4*epsilon*mu_s*mu_tt*nu_ss - 2*gamma*mu_stt
+    d mu_ssss/dtau = 64*epsilon*mu_s*mu_sss*nu_ss + 32*epsilon*mu_ss**2*nu_ss + 16*epsilon*mu_ssss*nu_ss - 8*gamma*mu_ssss
+    d mu_ssst/dtau = 32*epsilon*mu_s*mu_sst*nu_ss + 16*epsilon*mu_ss*mu_st*nu_ss + 4*epsilon*mu_sss*mu_t*nu_ss + 8*epsilon*mu_ssst*nu_ss - 6*gamma*mu_ssst
+    d mu_sstt/dtau = 16*epsilon*mu_s*mu_stt*nu_ss + 4*epsilon*mu_ss*mu_tt*nu_ss + 4*epsilon*mu_sstt*nu_ss - 4*gamma*mu_sstt
+    d mu_stst/dtau = 8*epsilon*mu_s*mu_stt*nu_ss + 8*epsilon*mu_sst*mu_t*nu_ss + 8*epsilon*mu_st**2*nu_ss - 4*gamma*mu_stst
+    d mu_sttt/dtau = 4*epsilon*mu_s*mu_ttt*nu_ss - 2*gamma*mu_sttt
 Model structure (the module depends on nothing else of the spec):
     {
      "activation": "h2",

@@ -7,6 +7,39 @@ Structure digest: 25ef32125f5eac61
 Quadrature: 6 terms, 47, 35, 47, 47, 35, 47 nodes per dimension at β = 1 (calibrated at the initial state, error estimate 3.1e-10);
 another β: set_orders(β, orders) (symattn calibrates them), else these
 
+Equations (package time tau = n*alpha/d; mu_w = Tr(w)/d of the words below; Gamma, GammaOmega, GammaPsi = the
+gradient of Phi in the full-matrix convention, betabar the slaved-mean force, nu the SGD-noise constants; the
+module evaluates exactly these: symattn's System.equations()):
+    d mu_s/dtau = -8*Gamma_ss*mu_ss - 8*Gamma_st*mu_st + 4*epsilon*mu_s*nu_ss - 2*gamma*mu_s
+    d mu_ss/dtau = -16*Gamma_ss*mu_sss - 16*Gamma_st*mu_sst + 16*epsilon*mu_s**2*nu_ss + 8*epsilon*mu_ss*nu_ss - 4*gamma*mu_ss
+    d mu_st/dtau = -8*Gamma_ss*mu_sst - 8*Gamma_st*mu_stt + 4*epsilon*mu_s*mu_t*nu_ss - 2*gamma*mu_st
+    d mu_sss/dtau = -24*Gamma_ss*mu_ssss - 24*Gamma_st*mu_ssst + 48*epsilon*mu_s*mu_ss*nu_ss + 12*epsilon*mu_sss*nu_ss - 6*gamma*mu_sss
+    d mu_sst/dtau = -16*Gamma_ss*mu_ssst - 8*Gamma_st*mu_sstt - 8*Gamma_st*mu_stst + 16*epsilon*mu_s*mu_st*nu_ss + 4*epsilon*mu_ss*mu_t*nu_ss + 4*epsilon*mu_sst*nu_ss - 4*gamma*mu_sst
+    d mu_stt/dtau = -8*Gamma_ss*mu_sstt - 8*Gamma_st*mu_sttt + 4*epsilon*mu_s*mu_tt*nu_ss - 2*gamma*mu_stt
+    d mu_ssss/dtau = -32*Gamma_ss*mu_sssss - 32*Gamma_st*mu_sssst + 64*epsilon*mu_s*mu_sss*nu_ss + 32*epsilon*mu_ss**2*nu_ss + 16*epsilon*mu_ssss*nu_ss - 8*gamma*mu_ssss
+    d mu_ssst/dtau = -24*Gamma_ss*mu_sssst - 8*Gamma_st*mu_ssstt - 16*Gamma_st*mu_sstst + 32*epsilon*mu_s*mu_sst*nu_ss + 16*epsilon*mu_ss*mu_st*nu_ss + 4*epsilon*mu_sss*mu_t*nu_ss + 8*epsilon*mu_ssst*nu_ss - 6*gamma*mu_ssst
+    d mu_sstt/dtau = -16*Gamma_ss*mu_ssstt - 8*Gamma_st*mu_ssttt - 8*Gamma_st*mu_ststt + 16*epsilon*mu_s*mu_stt*nu_ss + 4*epsilon*mu_ss*mu_tt*nu_ss + 4*epsilon*mu_sstt*nu_ss - 4*gamma*mu_sstt
+    d mu_stst/dtau = -16*Gamma_ss*mu_sstst - 16*Gamma_st*mu_ststt + 8*epsilon*mu_s*mu_stt*nu_ss + 8*epsilon*mu_sst*mu_t*nu_ss + 8*epsilon*mu_st**2*nu_ss - 4*gamma*mu_stst
+    d mu_sttt/dtau = -8*Gamma_ss*mu_ssttt - 8*Gamma_st*mu_stttt + 4*epsilon*mu_s*mu_ttt*nu_ss - 2*gamma*mu_sttt
+    d mu_sssss/dtau = -40*Gamma_ss*mu_ssssss - 40*Gamma_st*mu_ssssst + 80*epsilon*mu_s*mu_ssss*nu_ss + 80*epsilon*mu_ss*mu_sss*nu_ss + 20*epsilon*mu_sssss*nu_ss - 10*gamma*mu_sssss
+    d mu_sssst/dtau = -32*Gamma_ss*mu_ssssst - 8*Gamma_st*mu_sssstt - 16*Gamma_st*mu_ssstst - 8*Gamma_st*mu_sstsst + 48*epsilon*mu_s*mu_ssst*nu_ss + 32*epsilon*mu_ss*mu_sst*nu_ss + 16*epsilon*mu_sss*mu_st*nu_ss + 4*epsilon*mu_ssss*mu_t*nu_ss + 12*epsilon*mu_sssst*nu_ss - 8*gamma*mu_sssst
+    d mu_ssstt/dtau = -24*Gamma_ss*mu_sssstt - 8*Gamma_st*mu_sssttt - 16*Gamma_st*mu_sststt + 32*epsilon*mu_s*mu_sstt*nu_ss + 16*epsilon*mu_ss*mu_stt*nu_ss + 4*epsilon*mu_sss*mu_tt*nu_ss + 8*epsilon*mu_ssstt*nu_ss - 6*gamma*mu_ssstt
+    d mu_sstst/dtau = -16*Gamma_ss*mu_ssstst - 8*Gamma_ss*mu_sstsst - 16*Gamma_st*mu_sststt - 8*Gamma_st*mu_ststst + 4*epsilon*mu_s*mu_sstt*nu_ss + 16*epsilon*mu_s*mu_stst*nu_ss + 4*epsilon*mu_ss*mu_stt*nu_ss + 8*epsilon*mu_ssst*mu_t*nu_ss + 24*epsilon*mu_sst*mu_st*nu_ss + 4*epsilon*mu_sstst*nu_ss - 6*gamma*mu_sstst
+    d mu_ssttt/dtau = -16*Gamma_ss*mu_sssttt - 8*Gamma_st*mu_sstttt - 8*Gamma_st*mu_ststtt + 16*epsilon*mu_s*mu_sttt*nu_ss + 4*epsilon*mu_ss*mu_ttt*nu_ss + 4*epsilon*mu_ssttt*nu_ss - 4*gamma*mu_ssttt
+    d mu_ststt/dtau = -16*Gamma_ss*mu_sststt - 8*Gamma_st*mu_ststtt - 8*Gamma_st*mu_sttstt + 8*epsilon*mu_s*mu_sttt*nu_ss + 4*epsilon*mu_sst*mu_tt*nu_ss + 4*epsilon*mu_sstt*mu_t*nu_ss + 8*epsilon*mu_st*mu_stt*nu_ss - 4*gamma*mu_ststt
+    d mu_stttt/dtau = -8*Gamma_ss*mu_sstttt - 8*Gamma_st*mu_sttttt + 4*epsilon*mu_s*mu_tttt*nu_ss - 2*gamma*mu_stttt
+    d mu_ssssss/dtau = 96*epsilon*mu_s*mu_sssss*nu_ss + 96*epsilon*mu_ss*mu_ssss*nu_ss + 48*epsilon*mu_sss**2*nu_ss + 24*epsilon*mu_ssssss*nu_ss - 12*gamma*mu_ssssss
+    d mu_ssssst/dtau = 64*epsilon*mu_s*mu_sssst*nu_ss + 48*epsilon*mu_ss*mu_ssst*nu_ss + 32*epsilon*mu_sss*mu_sst*nu_ss + 16*epsilon*mu_ssss*mu_st*nu_ss + 4*epsilon*mu_sssss*mu_t*nu_ss + 16*epsilon*mu_ssssst*nu_ss - 10*gamma*mu_ssssst
+    d mu_sssstt/dtau = 48*epsilon*mu_s*mu_ssstt*nu_ss + 32*epsilon*mu_ss*mu_sstt*nu_ss + 16*epsilon*mu_sss*mu_stt*nu_ss + 4*epsilon*mu_ssss*mu_tt*nu_ss + 12*epsilon*mu_sssstt*nu_ss - 8*gamma*mu_sssstt
+    d mu_ssstst/dtau = 4*epsilon*mu_s*mu_ssstt*nu_ss + 32*epsilon*mu_s*mu_sstst*nu_ss + 16*epsilon*mu_ss*mu_stst*nu_ss + 4*epsilon*mu_sss*mu_stt*nu_ss + 8*epsilon*mu_sssst*mu_t*nu_ss + 24*epsilon*mu_ssst*mu_st*nu_ss + 8*epsilon*mu_ssstst*nu_ss + 16*epsilon*mu_sst**2*nu_ss - 8*gamma*mu_ssstst
+    d mu_sssttt/dtau = 32*epsilon*mu_s*mu_ssttt*nu_ss + 16*epsilon*mu_ss*mu_sttt*nu_ss + 4*epsilon*mu_sss*mu_ttt*nu_ss + 8*epsilon*mu_sssttt*nu_ss - 6*gamma*mu_sssttt
+    d mu_sstsst/dtau = 32*epsilon*mu_s*mu_sstst*nu_ss + 8*epsilon*mu_ss*mu_sstt*nu_ss + 8*epsilon*mu_sssst*mu_t*nu_ss + 32*epsilon*mu_ssst*mu_st*nu_ss + 24*epsilon*mu_sst**2*nu_ss + 8*epsilon*mu_sstsst*nu_ss - 8*gamma*mu_sstsst
+    d mu_sststt/dtau = 4*epsilon*mu_s*mu_ssttt*nu_ss + 16*epsilon*mu_s*mu_ststt*nu_ss + 4*epsilon*mu_ss*mu_sttt*nu_ss + 4*epsilon*mu_ssst*mu_tt*nu_ss + 4*epsilon*mu_ssstt*mu_t*nu_ss + 12*epsilon*mu_sst*mu_stt*nu_ss + 4*epsilon*mu_sststt*nu_ss + 12*epsilon*mu_sstt*mu_st*nu_ss - 6*gamma*mu_sststt
+    d mu_sstttt/dtau = 16*epsilon*mu_s*mu_stttt*nu_ss + 4*epsilon*mu_ss*mu_tttt*nu_ss + 4*epsilon*mu_sstttt*nu_ss - 4*gamma*mu_sstttt
+    d mu_ststst/dtau = 12*epsilon*mu_s*mu_ststt*nu_ss + 12*epsilon*mu_sst*mu_stt*nu_ss + 12*epsilon*mu_sstst*mu_t*nu_ss + 24*epsilon*mu_st*mu_stst*nu_ss - 6*gamma*mu_ststst
+    d mu_ststtt/dtau = 8*epsilon*mu_s*mu_stttt*nu_ss + 4*epsilon*mu_sst*mu_ttt*nu_ss + 4*epsilon*mu_ssttt*mu_t*nu_ss + 8*epsilon*mu_st*mu_sttt*nu_ss - 4*gamma*mu_ststtt
+    d mu_sttstt/dtau = 8*epsilon*mu_s*mu_stttt*nu_ss + 8*epsilon*mu_sstt*mu_tt*nu_ss + 8*epsilon*mu_stt**2*nu_ss - 4*gamma*mu_sttstt
+    d mu_sttttt/dtau = 4*epsilon*mu_s*mu_ttttt*nu_ss - 2*gamma*mu_sttttt
 Model structure (the module depends on nothing else of the spec):
     {
      "activation": "softmax",

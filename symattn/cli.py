@@ -186,19 +186,55 @@ def _residual_potential(args):
 
 
 def cmd_derive(args):
+    import time
+
     from .codegen.load import default_path, write_module
-    from .codegen.systems import source
+    from .codegen.systems import compiled, source
     from .derivation import derive
     from .derivation.hierarchy import require_moments
     from .files import check_output_file
     spec = _load(args, dynamics=True)
     M = _truncation(args, spec)
     require_moments(spec, M)
+    if args.equations:
+        if args.out:
+            raise UsageError("--out: not with --equations (the equations go to stdout; redirect them to a file)")
+        t0 = time.perf_counter()
+        system = derive(spec, M)
+        sys.stdout.write(_equations_text(system, args.equations, args.closed))
+        from .progress import note
+        note(f"{system.spec.name}, M = {system.truncation}: {system.size} moments, {len(system.terms)} terms "
+             f"({time.perf_counter() - t0:.2f} s)")
+        return
     out = check_output_file(args.out or default_path(spec, M), "--out")
+    t0 = time.perf_counter()
     system = derive(spec, M)
+    t1 = time.perf_counter()
+    stored = " (read from the store of derived systems)" if getattr(system, "_source", None) is not None else ""
     path = write_module(source(system), out)
     _WRITTEN.append(path)
-    print(f"wrote {path}: {system.size} moments, {len(system.terms)} terms")
+    t2 = time.perf_counter()
+    compiled(system)
+    t3 = time.perf_counter()
+    print(f"wrote {path}: {system.size} moments, {len(system.terms)} terms; derived in {t1 - t0:.2f} s{stored}, "
+          f"printed in {t2 - t1:.2f} s, compiled in {t3 - t2:.2f} s")
+
+
+def _equations_text(system, form: str, closed: bool) -> str:
+    """``derive --equations``: the system as plain text, a LaTeX document or JSON (docs/interface.md)."""
+    eq = system._sympy
+    if form == "text":
+        head = (f"# {system.spec.name}: {system.description}, M = {system.truncation}, {system.size} moments; "
+                f"package time tau = n*alpha/d{'; coefficients in closed form' if closed else ''}\n")
+        return head + "\n".join(eq.text(closed)) + "\n"
+    if form == "json":
+        import sympy as sp
+        return json.dumps({"spec": system.spec.name, "truncation": system.truncation, "closed": bool(closed),
+                           "time": "package time tau = n*alpha/d",
+                           "equations": {n: sp.sstr(e) for n, e in system.equations(closed).items()},
+                           "symbols": {n: str(s) for n, s in system.symbols().items()}}, indent=1,
+                          ensure_ascii=False) + "\n"
+    return eq.latex_document(closed)
 
 
 def _theory_checks(args):
@@ -551,10 +587,15 @@ def build_parser():
     q.add_argument("--seed", type=int, default=0, help="with --dim: the seed of those matrices")
     q.set_defaults(func=cmd_potential)
 
-    q = command("derive", "derive the limit ODE system and write its generated module")
+    q = command("derive", "derive the limit ODE system and write its generated module, or print its equations")
     _spec_arg(q)
     q.add_argument("--truncation", type=int, default=None, help="word length M (default: the spec's)")
     q.add_argument("--out", default=None, help="module file (default generated/<name>_M<M>.py)")
+    q.add_argument("--equations", choices=["text", "latex", "json"], default=None,
+                   help="print the equations dμ_w/dτ to stdout instead of writing the module: plain text, a LaTeX "
+                        "document, or JSON {equations, symbols, closed}")
+    q.add_argument("--closed", action="store_true",
+                   help="with --equations: the coefficients (Γ, ν, β̄) in closed form in the moments")
     q.set_defaults(func=cmd_derive)
 
     q = command("theory", "integrate the limit equations")

@@ -275,3 +275,37 @@ def test_product_rule_of_the_factor_flow_gives_the_letter_flow(src):
             settings = {**settings, "theory.truncation": 3}
         diff = check_product_rule(load_spec(src, settings=settings))
         assert diff and all(d == 0 for d in diff.values()), diff
+
+
+@pytest.mark.parametrize("src,closed", [("tied_h2_L1", False), ("untied_h2_L1", True), ("general_softmax_L2", True)])
+def test_derive_equations_on_the_command_line(src, closed, tmp_path, capsys):
+    """``symattn derive SPEC --equations json|text|latex``: the JSON's equations parse back to the System's
+    (SymPy round trip), and the LaTeX document compiles with pdflatex (Debian's texlive-latex-base; CI
+    installs it, elsewhere that part is skipped with the reason)."""
+    import json
+    import shutil
+    import subprocess
+
+    from symattn.cli import main
+    flag = ["--closed"] if closed else []
+    assert main(["derive", src, "--truncation", "3", "--equations", "json", "--quiet", *flag]) == 0
+    got = json.loads(capsys.readouterr().out)
+    system = derive(src, 3)
+    want = system.equations(closed=closed)
+    assert got["closed"] is closed and set(got["equations"]) == set(want)
+    if not closed or not system.potential.quad_terms:
+        loc = {str(s): s for s in system.symbols().values()}
+        for n, text in got["equations"].items():
+            assert sp.expand(sp.sympify(text, locals=loc) - want[n]) == 0, n
+    assert main(["derive", src, "--truncation", "3", "--equations", "text", "--quiet", *flag]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("# ") and "/dtau = " in text
+    assert main(["derive", src, "--truncation", "3", "--equations", "latex", "--quiet", *flag]) == 0
+    tex = capsys.readouterr().out
+    assert tex.startswith(r"\documentclass") and r"\begin{align*}" in tex
+    if shutil.which("pdflatex") is None:
+        pytest.skip("pdflatex not installed (apt-get install texlive-latex-base): the LaTeX was not compiled")
+    (tmp_path / "system.tex").write_text(tex)
+    run = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "system.tex"], cwd=tmp_path,
+                         capture_output=True, text=True)
+    assert run.returncode == 0 and (tmp_path / "system.pdf").stat().st_size > 0, run.stdout[-2000:]

@@ -342,7 +342,8 @@ def module_source(system, kind: str, coefficient_lines: list, theta: str = "mu[T
         version=__version__, kind=kind[0].upper() + kind[1:], M=system.truncation, nmom=system.size,
         nterms=len(system.terms), digest=hashlib.sha256(spec_text.encode()).hexdigest()[:16],
         phi=sp.sstr(P.closed_form) + (" + E[non-polynomial terms]" if P.base_terms else ""),
-        quad=quad, spec=_indent(spec_text), words=_indent("\n".join(f"{i}: {w}" for i, w in enumerate(words))))
+        quad=quad, spec=_indent(spec_text), words=_indent("\n".join(f"{i}: {w}" for i, w in enumerate(words))),
+        equations=_indent("\n".join(system._sympy.text(closed=False))))
     T = system.terms
     src = [head]
     src.append(f"NAMES = {P.names!r}  # order parameters θ of Φ\n")

@@ -197,16 +197,24 @@ class Equations:
             return P.closed_form.xreplace(self.theta_subs)
         return sp.Function("Phi")(*self.theta)
 
-    def _mean_rhs(self, rows: list, closed: bool) -> list:
+    def _mean_rhs(self, rows: list, closed: bool, compact: bool = False) -> list:
         """dm/dτ = −(∂²Φ/∂m²)⁻¹ Σ_j ∂²Φ/∂m∂θ_j θ̇_j of the trainable means (§6); θ_j over the other order
-        parameters. A Φ with quadrature terms: the second derivatives as implemented functions of θ."""
+        parameters. A Φ with quadrature terms: the second derivatives as implemented functions of θ.
+        ``compact``: θ̇_j left as the symbols \\dot μ (the equations above it), for printing."""
         sysm = self.system
         if not sysm.mean_trainable:
             return rows
         P = sysm.potential
         means = [self.state[sysm.mean_state[k]] for k in sysm.mean_trainable]
         others = [j for j, s in enumerate(self.theta) if s not in means]
-        theta_dot = {j: rows[sysm.theta_words[j]] for j in others}
+        if compact:
+            theta_dot = {}
+            for j in others:
+                dot = sp.Symbol(f"dot_{self.theta[j]}", real=True)
+                self.latex_names[dot] = r"\dot{%s}" % self.latex_names[self.theta[j]]
+                theta_dot[j] = dot if rows[sysm.theta_words[j]] != 0 else sp.Integer(0)
+        else:
+            theta_dot = {j: rows[sysm.theta_words[j]] for j in others}
         if closed and P.quad_terms:
             H, X = self._numeric_mean_derivatives(means, others)
         else:
@@ -256,11 +264,32 @@ class Equations:
         sub = {GAMMA: GAMMA * sg, EPSILON: EPSILON * s}
         return [s * r.xreplace(sub) for r in rows]
 
-    def rhs(self, closed: bool = False) -> list:
-        """Right-hand sides of every state entry (entry 0, the constant 1, has 0)."""
+    def rhs(self, closed: bool = False, compact: bool = False) -> list:
+        """Right-hand sides of every state entry (entry 0, the constant 1, has 0); ``compact``: the slaved
+        means' velocities in the symbols θ̇ of the moment equations (``_mean_rhs``), for printing."""
         rows = self._moment_rhs(closed)
-        rows = self._mean_rhs(rows, closed)
+        rows = self._mean_rhs(rows, closed, compact)
         return self._scheduled(rows)
+
+    def _printed(self, closed: bool) -> tuple:
+        """What the printers show, as a theorist writes it: (the equations in the coefficient symbols, the
+        slaved means' rows compact in θ̇; with ``closed``, the definitions {coefficient symbol: its closed form
+        in the moments}, each written once instead of substituted into every row)."""
+        key = ("printed", closed)
+        if key not in self._cache:
+            rows = self.rhs(False, compact=True)
+            defs = {}
+            if closed:
+                sysm = self.system
+                if sysm.mean_trainable:
+                    closed_rows = self.rhs(True, compact=True)
+                    for k in sysm.mean_trainable:
+                        rows[sysm.mean_state[k]] = closed_rows[sysm.mean_state[k]]
+                for c, s, v in zip(sysm.coefficient_rules, self.coefficients, self.coefficient_values(True)):
+                    if s is not None and s is not GAMMA:
+                        defs[s] = v / EPSILON if c.source == S.NOISE else v
+            self._cache[key] = (dict(zip(self.system.word_names()[1:], rows[1:])), defs)
+        return self._cache[key]
 
     @cached_property
     def _cache(self) -> dict:
@@ -275,27 +304,53 @@ class Equations:
         return dict(self._cache[closed])
 
     # ----------------------------------------------------------------------------------- output
-    def latex(self, closed: bool = False, frozen: bool = False) -> str:
-        """The equations as a LaTeX ``aligned`` block (one line per moving state entry; ``frozen``: the
-        constant ones too), time derivative in package time τ = nα/d."""
-        eqs = self.equations(closed)
+    def _latex_lines(self, closed: bool) -> tuple:
+        """(the LaTeX lines ``\\frac{dμ}{dτ} &= …`` of the moving entries, the LaTeX of the constant ones)."""
         names = dict(zip(self.system.word_names(), self.state))
-        lines = []
+        lines, frozen = [], []
+        eqs, defs = self._printed(closed)
         for n, rhs in eqs.items():
-            if rhs == 0 and not frozen:
-                continue
             lhs = sp.latex(names[n], symbol_names=self.latex_names)
+            if rhs == 0:
+                frozen.append(lhs)
+                continue
             body = sp.latex(rhs, symbol_names=self.latex_names, long_frac_ratio=3)
             lines.append(r"\frac{d%s}{d\tau} &= %s" % (lhs, body))
-        return "\\begin{aligned}\n" + " \\\\\n".join(lines) + "\n\\end{aligned}"
+        for s, v in defs.items():
+            lines.append(r"%s &= %s" % (sp.latex(s, symbol_names=self.latex_names),
+                                        sp.latex(v, symbol_names=self.latex_names, long_frac_ratio=3)))
+        return lines, frozen
 
-    def text(self, closed: bool = False, width: int | None = None) -> list:
+    def latex(self, closed: bool = False) -> str:
+        """The equations of the moving state entries as a LaTeX ``aligned`` block, time derivative in package
+        time τ = nα/d."""
+        return "\\begin{aligned}\n" + " \\\\\n".join(self._latex_lines(closed)[0]) + "\n\\end{aligned}"
+
+    def latex_document(self, closed: bool = False) -> str:
+        """A LaTeX document of the equations (amsmath ``align*``, page breaks allowed): what
+        ``symattn derive SPEC --equations latex`` prints; compiles with pdflatex as it is."""
+        lines, frozen = self._latex_lines(closed)
+        sysm = self.system
+        how = "the coefficients' closed forms in the moments after the equations" if closed else \
+            r"in the coefficients $\Gamma$, $\bar\beta$, $\nu$, $\gamma$, $\varepsilon$"
+        title = (sysm.spec.name.replace("_", r"\_") + f": {sysm.description}, truncation $M = {sysm.truncation}$, "
+                 f"{sysm.size} moments, {how}. Package time ${TIME_UNIT}$"
+                 + (f"; constant: ${', '.join(frozen)}$" if frozen else "") + ".")
+        return ("\\documentclass[a4paper,10pt]{article}\n\\usepackage[margin=1.5cm,landscape]{geometry}\n"
+                "\\usepackage{amsmath,amssymb}\n\\allowdisplaybreaks\n\\begin{document}\n\\noindent " + title
+                + "\n\\begin{align*}\n" + " \\\\\n".join(lines) + "\n\\end{align*}\n\\end{document}\n")
+
+    def text(self, closed: bool = False) -> list:
         """The equations as plain-text lines ``d mu_st/dtau = …`` (ASCII symbol names)."""
         out = []
         names = dict(zip(self.system.word_names(), self.state))
-        for n, rhs in self.equations(closed).items():
+        eqs, defs = self._printed(closed)
+        for n, rhs in eqs.items():
             if rhs != 0:
                 out.append(f"d {names[n]}/dtau = {sp.sstr(rhs)}")
+        if defs:
+            out.append("where")
+            out += [f"    {s} = {sp.sstr(v)}" for s, v in defs.items()]
         return out
 
     def jacobian(self, closed: bool = True) -> sp.Matrix:

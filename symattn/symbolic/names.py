@@ -4,7 +4,7 @@ so that Φ and the equations read q_{ss}, q_{st}, μ_{sst}, Γ_{st} in LaTeX whi
 indices' names (q_student_teacher).
 
 ``index_symbols`` gives the short symbols; ``word_symbol`` the SymPy symbol of a trace moment μ_w (its name
-ASCII, e.g. ``mu_sst`` or ``mu(M_s Mt_s A_s)``) and ``word_latex`` its LaTeX; ``order_parameter_latex`` the
+a Python identifier, e.g. ``mu_sst`` or ``mu_Ms_Mts_As``) and ``word_latex`` its LaTeX; ``order_parameter_latex`` the
 LaTeX of Φ's order parameters (q_{st}, q^{(1)}_{st}, m_{s}).
 """
 from __future__ import annotations
@@ -59,20 +59,21 @@ def _letter_parts(word, syms, symmetric):
             latex.append(symbol_latex(s))
             continue
         base = {"S": "M", "T": "Mt", "A": "A", "B": "B"}[op]
-        ascii_.append(f"{base}_{s}")
+        ascii_.append(f"{base}{s}")
         tex = {"S": "M_{%s}", "T": r"M_{%s}^{\top}", "A": "A_{%s}", "B": "B_{%s}"}[op]
         latex.append(tex % symbol_latex(s))
     return ascii_, latex
 
 
 def word_ascii(word, syms, symmetric) -> str:
-    """ASCII name of the moment μ_w: ``mu_sst`` where every letter is a one-character symmetric index, else
-    ``mu(M_s Mt_s A_s)`` (Mt: the transpose)."""
+    """ASCII name of the moment μ_w, a Python identifier (so that ``sympify`` reads the equations back):
+    ``mu_sst`` where every letter is a one-character symmetric index, else the letters joined by "_", e.g.
+    ``mu_Ms_Mts_As`` (M = UVᵀ, Mt its transpose, A = UUᵀ, B = VVᵀ) or ``mu_s1_s2``."""
     if not word:
         return "1"
     ascii_, _ = _letter_parts(word, syms, symmetric)
     plain = all(len(a) == 1 for a in ascii_)
-    return "mu_" + "".join(ascii_) if plain else "mu(" + " ".join(ascii_) + ")"
+    return "mu_" + ("".join(ascii_) if plain else "_".join(ascii_))
 
 
 def word_latex(word, syms, symmetric) -> str:
