@@ -22,6 +22,7 @@ _PUBLIC = {
     "potential": ("symattn.derivation.potential", "potential"),
     "derive": ("symattn.derivation", "derive"),
     "matrix_flow": ("symattn.derivation.matrix_flow", "matrix_flow"),
+    "recovery": ("symattn.derivation.recovery", "recovery"),
     "integrate": ("symattn.integration", "integrate"),
     "simulate": ("symattn.simulation.run", "simulate"),
     "compare": ("symattn.comparison", "compare"),

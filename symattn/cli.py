@@ -119,6 +119,9 @@ def cmd_potential(args):
         return _finite_d_potential(spec, args, P)
     values = {**initial_order_parameters(spec), **at}
     values = {n: values[n] for n in P.names}
+    why = P.infeasible(values)
+    if why:
+        raise UsageError(f"--at {', '.join(f'{k}={v:g}' for k, v in at.items())}: {why}")
     order, err = P.calibrate(values)
     val = P.value(values)
     grad = P.gradient_named(values)
@@ -131,8 +134,7 @@ def cmd_potential(args):
             out["quadrature"] = {"nodes_per_dim": list(order), "error_estimate": err}   # one entry per term
         print(json.dumps(out, indent=2, allow_nan=False))
         return
-    kind = "closed form" if P.is_closed_form else f"closed form + {len(P.quad_terms)} quadrature terms"
-    print(f"Φ ({kind}) = {P.latex() if args.latex else P.closed_form}")
+    _print_phi(P, args.latex)
     if P.quad_terms:
         print(f"quadrature: {', '.join(map(str, order))} nodes per dimension (one per term), "
               f"error estimate {err:.2e}")
@@ -140,6 +142,25 @@ def cmd_potential(args):
     print(f"Φ = {val:.12g}")
     for k, v in grad.items():
         print(f"Γ[{k}] = {v:.12g}")
+
+
+def _print_phi(P, latex: bool):
+    """Φ as what it is: its closed form, or the closed part plus each Gaussian expectation E_{G∼N(m(θ), C(θ))}[f]
+    of a non-polynomial term (``Potential.expression``), one per line; ``latex``: in readable LaTeX symbols."""
+    import sympy as sp
+    names = P.latex_names()
+
+    def show(e):
+        return sp.latex(e, symbol_names=names) if latex else sp.sstr(e)
+    if P.is_closed_form:
+        print(f"Φ = {show(P.closed_form)}")
+        return
+    terms = sp.Add.make_args(P.expression() - P.closed_form)
+    head = f"{show(P.closed_form)} + " if P.closed_form != 0 else ""
+    print(f"Φ = {head}the sum of {len(terms)} Gaussian expectation(s) over the pre-activations G, integrated by "
+          f"quadrature (docs/theory.md §2):")
+    for t in terms:
+        print(f"    {show(t)}")
 
 
 def _finite_d_potential(spec, args, P):
@@ -494,6 +515,26 @@ def cmd_residual(args):
           f"{res['max_abs_dev'][worst]:.4g} ({worst})")
 
 
+def cmd_recovery(args):
+    from .derivation.recovery import recovery
+    spec = _load(args, dynamics=True)
+    result = recovery(spec)
+    if args.json:
+        print(json.dumps({k: v.to_json() for k, v in result.items()}, indent=1, ensure_ascii=False, allow_nan=False))
+        return
+    import sympy as sp
+    for name, r in result.items():
+        cond = r.condition if isinstance(r.condition, tuple) else (r.condition,)
+        print(f"{name} against {r.teacher} — {r.mechanism}")
+        print(f"  condition (≠ 0 for first-order signal): {' ; '.join(sp.sstr(c) for c in cond)}")
+        print(f"  at {', '.join(f'{k} = {v:g}' for k, v in r.parameters.items())}: "
+              f"{', '.join(f'{v:.6g}' for v in (r.value if isinstance(r.value, tuple) else (r.value,)))}")
+        print(f"  d{r.overlap}/dτ at τ = 0 (d → ∞, ε → 0): {r.velocity:.6g}")
+        if r.instability is not None:
+            print(f"  growth rate of the overlap at the uninformative state: λ = {r.instability:.6g}")
+        print(f"  signal: {'yes' if r.signal else 'no'} — {r.verdict}")
+
+
 def cmd_examples(args):
     from .examples import example_names, example_path
     for name in example_names():
@@ -667,6 +708,12 @@ def build_parser():
     q.add_argument("--points", type=int, default=11, metavar="N", help="measurement times on [0, T] (>= 2)")
     q.add_argument("--out", default="residual_out", help="output folder (theory.csv, simulation.csv)")
     q.set_defaults(func=cmd_residual)
+
+    q = command("recovery", "the paper's weak-recovery analysis: first-order signal, its condition and the initial "
+                            "velocity of the overlap, per trainable index")
+    _spec_arg(q)
+    q.add_argument("--json", action="store_true", help="print the analysis as JSON, keyed by the trainable index")
+    q.set_defaults(func=cmd_recovery)
 
     q = command("examples", "list the example specs shipped with the package")
     q.set_defaults(func=cmd_examples)

@@ -110,6 +110,7 @@ class GaussianExpectation(PicklesWithoutCaches):
         gvars = set(self.gauss.index)
         xis = [v for v, where in self.gauss.index.items() if where[0] == "xi"]
         poly, groups = [], {}
+        self.symbolic_terms = {}             # the non-polynomial part, by the entries of G it reads (``expression``)
         for term in terms:
             for k, h in integrate_label_noise(term, xis):       # E_ξ first: Σ_k s^{2k} h_k(G)
                 vs = h.free_symbols & gvars
@@ -119,6 +120,7 @@ class GaussianExpectation(PicklesWithoutCaches):
                     p, g = beta_homogeneous(h, vs)
                     key = (tuple(sorted(vs, key=lambda s: s.name)), k, p)
                     groups[key] = groups.get(key, 0) + g
+                    self.symbolic_terms[key[0]] = self.symbolic_terms.get(key[0], 0) + LABEL_NOISE**k * h
         self.closed_form = sp.expand(sum((self.gauss.expect_polynomial(t) for t in poly), sp.Integer(0)))
         # the β = 1 integrands with the β-free Gaussian data; ``quad_terms`` are them at the spec's β
         bases = {key: self._within_limits(expr, list(key[0])) for key, expr in groups.items()}
@@ -237,16 +239,41 @@ class GaussianExpectation(PicklesWithoutCaches):
         """Exact ∂Φ/∂θ of the closed-form part, one SymPy expression per symbol."""
         return [sp.expand(sp.diff(self.closed_form, s)) for s in self.symbols]
 
-    def latex(self) -> str:
-        out = sp.latex(self.closed_form)
-        if self.quad_terms:
-            out += r" + \sum_{\text{terms}} \mathbb{E}_{G}[\ldots]\ (\text{%d quadrature terms})" % len(self.quad_terms)
+    def expression(self) -> sp.Expr:
+        """E f as a SymPy expression in θ: the Wick polynomial of the polynomial terms plus, per group of entries of
+        G that a non-polynomial term reads, the object E_{G∼N(m(θ), C(θ))}[f(G)] (``symbolic.expectation``),
+        which ``sp.diff`` differentiates by Price's theorem."""
+        from ..symbolic.expectation import GaussianMean
+        out = self.closed_form
+        for vs, h in self.symbolic_terms.items():
+            out += GaussianMean(h, vs, [self.gauss.mean(v) for v in vs], [[self.gauss.cov(a, b) for b in vs] for a in vs])
         return out
+
+    def latex_names(self) -> dict:
+        """symbol → LaTeX of the order parameters (q_{st}, q^{(1)}_{st}, m_{s}), the label-noise variance Δ, β."""
+        from ..symbolic.names import order_parameter_latex
+        out = {s: order_parameter_latex(self.spec, s.name) for s in self.symbols}
+        out.update({LABEL_NOISE: r"\Delta", BETA: r"\beta"})
+        return out
+
+    def latex(self) -> str:
+        """Φ in readable symbols (q_{ss}, q_{st}): its closed form, or with quadrature terms the Gaussian
+        expectations it is (``expression``)."""
+        return sp.latex(self.expression(), symbol_names=self.latex_names())
+
+    def _repr_latex_(self):
+        return r"$$\Phi = %s$$" % self.latex()
+
+    def __repr__(self):
+        what = "closed form" if self.is_closed_form else f"closed form + {len(self.symbolic_terms)} Gaussian expectation(s)"
+        return f"<{type(self).__name__} of {self.spec.name}: {what} in {', '.join(self.names)}>"
 
     # ------------------------------------------------------------------ evaluation
     def theta(self, values) -> np.ndarray:
-        """Order parameters as an array in ``self.names`` order from a dict or an array."""
+        """Order parameters as an array in ``self.names`` order from a dict (keys: names or SymPy symbols) or an
+        array."""
         if isinstance(values, dict):
+            values = {str(k): v for k, v in values.items()}
             missing = [n for n in self.names if n not in values]
             if missing:
                 raise KeyError(f"missing order parameters: {', '.join(missing)}")
@@ -450,6 +477,24 @@ class Potential(GaussianExpectation):
 
     def gamma(self, values) -> np.ndarray:
         return self.gradients(values).gamma
+
+    def infeasible(self, values, tol: float = 1e-10) -> str | None:
+        """Why θ is no point of the feasible set, or None: Ω_kl = Tr(S_k S_lᵀ)/d and Ψ_kl = Tr(S_k S_l)/d are Gram
+        matrices of real matrices, so (Ω + Ψ)/2 (of the symmetric parts) and (Ω − Ψ)/2 (of the skew parts) are
+        positive semi-definite (P eq. 398; for symmetric matrices Ω = Ψ = q, the Gram matrix of the S_k)."""
+        th = dict(zip(self.names, self.theta(values)))
+        K = self.spec.K
+        omega = np.array([[th[self.op.omega(k, l).name] for l in range(K)] for k in range(K)])
+        psi = np.array([[th[self.op.psi(k, l).name] for l in range(K)] for k in range(K)])
+        for label, G in (("(Ω + Ψ)/2", 0.5 * (omega + psi)), ("(Ω − Ψ)/2", 0.5 * (omega - psi))):
+            w, U = np.linalg.eigh(G)
+            if w.min() < -tol * max(1.0, np.abs(w).max()):
+                v = U[:, 0]
+                where = ", ".join(f"{self.spec.names[k]}" for k in np.flatnonzero(np.abs(v) > 1e-8))
+                return (f"the order parameters are no Gram matrix of real matrices: {label} over "
+                        f"{where} has the eigenvalue {w.min():.4g} < 0 (q_kl = Tr(S_k S_l)/d needs "
+                        f"|q_kl| ≤ √(q_kk q_ll); P eq. 398)")
+        return None
 
     def gradient_named(self, values) -> dict:
         """docs/interface.md ``potential --json`` gradient: Γ convention (off-diagonal halved) by name."""

@@ -92,6 +92,34 @@ class OrderParameters:
         return self.sym(f"q2_{p}" if self.split(k, l) else f"q_{p}")
 
 
+def wick(expr, variables, mu, cov) -> sp.Expr:
+    """E[P(x)] of a polynomial P over x ~ N(mu, cov) by Isserlis/Wick with means (exact): on every monomial
+    E[x_a X] = μ_a E[X] + Σ_{b∈X} Σ_ab E[X∖b], memoised on the multiset of exponents."""
+    poly = sp.Poly(expr, *variables) if variables else None
+    if poly is None:
+        return sp.sympify(expr)
+    memo = {}
+
+    def moment(counts):
+        if counts in memo:
+            return memo[counts]
+        first = next((a for a, c in enumerate(counts) if c), None)
+        if first is None:
+            return sp.Integer(1)
+        rest = list(counts)
+        rest[first] -= 1
+        val = mu[first] * moment(tuple(rest)) if mu[first] != 0 else sp.Integer(0)
+        for b, c in enumerate(rest):
+            if c and cov[first][b] != 0:
+                r2 = list(rest)
+                r2[b] -= 1
+                val += c * cov[first][b] * moment(tuple(r2))
+        memo[counts] = sp.expand(val)
+        return memo[counts]
+
+    return sp.expand(sum(coeff * moment(tuple(mon)) for mon, coeff in poly.terms()))
+
+
 def rational_matrix(C):
     return [[sp.nsimplify(float(c), rational=True) for c in row] for row in C]
 
@@ -138,33 +166,8 @@ class GaussianG:
         return C[i][a] * C[j][b] * self.op.omega(k, l) + C[i][b] * C[j][a] * self.op.psi(k, l)
 
     def expect_polynomial(self, expr) -> sp.Expr:
-        """E[P(G, ξ)] for a polynomial P by Isserlis/Wick with means (exact).
-
-        Uses E[x_a X] = μ_a E[X] + Σ_{b∈X} Σ_ab E[X∖b] on every monomial, memoised on the multiset.
-        """
+        """E[P(G, ξ)] for a polynomial P by Isserlis/Wick with means (exact): :func:`wick` over the entries of
+        G and ξ it contains."""
         variables = sorted(expr.free_symbols & set(self.index), key=lambda s: s.name)
-        poly = sp.Poly(expr, *variables) if variables else None
-        if poly is None:
-            return sp.sympify(expr)
-        mu = [self.mean(v) for v in variables]
-        cov = [[self.cov(a, b) for b in variables] for a in variables]
-        memo = {}
-
-        def moment(counts):
-            if counts in memo:
-                return memo[counts]
-            first = next((a for a, c in enumerate(counts) if c), None)
-            if first is None:
-                return sp.Integer(1)
-            rest = list(counts)
-            rest[first] -= 1
-            val = mu[first] * moment(tuple(rest)) if mu[first] != 0 else sp.Integer(0)
-            for b, c in enumerate(rest):
-                if c and cov[first][b] != 0:
-                    r2 = list(rest)
-                    r2[b] -= 1
-                    val += c * cov[first][b] * moment(tuple(r2))
-            memo[counts] = sp.expand(val)
-            return memo[counts]
-
-        return sp.expand(sum(coeff * moment(tuple(mon)) for mon, coeff in poly.terms()))
+        return wick(expr, variables, [self.mean(v) for v in variables],
+                    [[self.cov(a, b) for b in variables] for a in variables])
