@@ -536,14 +536,23 @@ def cmd_recovery(args):
 
 
 def cmd_examples(args):
-    from .examples import example_names, example_path
+    from .examples import example_description, example_names
     for name in example_names():
-        print(f"{name:28s} {example_path(name)}")
+        print(f"{name:28s} {example_description(name)}")
 
 
 # ---------------------------------------------------------------------------- parser
-class _Formatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Help text with every default shown."""
+class _Formatter(argparse.HelpFormatter):
+    """Help text with a default shown where there is one to show (not None or off) and the text does not
+    already state it."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        default = action.default
+        if (default is None or default is False or default == argparse.SUPPRESS or "default" in text
+                or action.option_strings == [] or isinstance(default, list)):
+            return text
+        return f"{text} (default: {default})"
 
 
 def _common():
@@ -608,9 +617,15 @@ def build_parser():
     from .version import __version__
 
     common = _common()
-    p = argparse.ArgumentParser(prog="symattn", description=__doc__.splitlines()[0], formatter_class=_Formatter)
+    p = argparse.ArgumentParser(
+        prog="symattn", formatter_class=_Formatter,
+        description="Exact high-dimensional learning dynamics of attention-indexed models: derive the population "
+                    "loss and the limit equations of online SGD from a model spec, integrate them, and check them "
+                    "against SGD at finite dimension. Every command takes a spec (a TOML file or a shipped "
+                    "example's name: symattn examples); symattn COMMAND --help for its options.")
     p.add_argument("--version", action="version", version=f"symattn {__version__}")
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                           title="commands (symattn COMMAND --help for each)")
 
     def command(name, help_):
         return sub.add_parser(name, help=help_, description=help_, parents=[common], formatter_class=_Formatter)

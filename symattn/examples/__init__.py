@@ -25,3 +25,10 @@ def example_path(name: str) -> Path | None:
         return None
     path = HERE / f"{stem}.toml"
     return path if path.is_file() else None
+
+
+def example_description(name: str) -> str:
+    """One line describing a shipped example: the first line of its leading comment."""
+    path = example_path(name)
+    lines = [ln[1:].strip() for ln in (path.read_text().splitlines() if path else []) if ln.startswith("#")]
+    return lines[0].rstrip(".") if lines else ""
