@@ -97,67 +97,85 @@ print("Γ =\n", Psm.gradients(th_sm).gamma)
 
 # %% [markdown]
 # ## 3. Direct S: a closed system
-# With the student a direct matrix S (GOE start) the flow closes on `t_k`, `q_kl` (docs/theory.md §4).
-# The system is stored as sparse terms `dμ[row]/dt += val · coef[key] · μ[c1] · μ[c2]`
-# (`coef` = 1, γ, Γ_kl, ε·ν_kl; μ[0] = 1). A small printer makes them readable:
+# With the student a direct matrix S (GOE start) the flow closes on `t_k`, `q_kl` (docs/theory.md §4). A derived
+# system is data (sparse terms read by two backends), and it is also mathematics: `system.equations()` gives every
+# right-hand side as a SymPy expression in the moments μ and the coefficients Γ (the gradient of Φ, off-diagonal
+# entries halved), γ (weight decay) and ε·ν (the O(αd/B) SGD noise, docs/theory.md §7), on package time τ = nα/d;
+# `system.latex()` typesets them.
 
 # %%
-def coef_label(system, key):
-    name = system.coef_names[key]
-    names = system.spec.names
-    if name == "1":
-        return ""
-    if name == "gamma":
-        return "γ"
-    kind, k, l = name.split("_")
-    sym = {"Gamma": "Γ", "nu": "ε·ν"}[kind]
-    return f"{sym}[{names[int(k)][0]}{names[int(l)][0]}]"
-
-
-def show_terms(system, rows):
-    wn = system.word_names()
-    T = system.terms
-    for row in rows:
-        parts = []
-        for t in T[T["row"] == row]:
-            factors = [f for f in (coef_label(system, t["key"]),
-                                   *(f"μ[{wn[c]}]" for c in (t["c1"], t["c2"]) if c != 0)) if f]
-            parts.append(f"{t['val']:+g}·" + "·".join(factors or ["1"]))
-        print(f"d μ[{wn[row]}]/dt = " + (" ".join(parts) if parts else "0"))
-
-
 direct_spec = dict(spec, name="tutorial_direct_h2",
                    indices=[{"name": "student", "role": "student", "parameterization": "direct", "init_scale": 0.5},
                             spec["indices"][1]])
 sys_direct = derive(direct_spec, truncation=2)
-print("moments:", sys_direct.word_names())
-show_terms(sys_direct, range(1, sys_direct.size))
+print(sys_direct)
+display(Math(sys_direct.latex()))
 
 # %% [markdown]
-# Reading: `dt_s/dt = −2·(Γ_ss t_s + Γ_st t_t)` (γ = 0) and `dq_st/dt = −2(Γ_ss q_st + Γ_st q_tt)` — docs/theory.md §4
-# with Ω = Ψ. The `ε·ν` term is the O(αd/B) SGD-noise contribution to `q_ss` (docs/theory.md §7).
+# Reading: `dμ_s/dτ = −2(Γ_ss μ_s + Γ_st μ_t) − γμ_s` and `dμ_st/dτ = −2(Γ_ss μ_st + Γ_st μ_tt) − γμ_st` — docs/theory.md
+# §4 with Ω = Ψ. With `closed=True` every coefficient is replaced by its closed form in the moments (for this
+# polynomial Φ, Γ = ∂Φ/∂q), so the system is a polynomial ODE; for a closed system `column_equations()` writes it in
+# the CSV's order parameters, and `jacobian()` linearises it:
+
+# %%
+import sympy as sp
+
+ceq = sys_direct.column_equations()
+for c in ("tr_student", "q_student_teacher"):
+    display(Math(r"\frac{d\,%s}{d\tau} = %s" % (sp.latex(sp.Symbol(c)), sp.latex(ceq[c]))))
+J = sys_direct.jacobian(closed=True)
+print("Jacobian of the closed system:", J.shape)
+
+# %% [markdown]
+# The direct student has no first-order signal here (docs/theory.md §4: for h2, Γ_st = −4q_st vanishes at q_st = 0),
+# and `symattn.recovery` says so from the spec alone, with the paper's condition as a SymPy expression in the init
+# parameters and what the flow does instead:
+
+# %%
+rec = symattn.recovery(direct_spec)["student"]
+print("signal:", rec.signal, "| condition:", rec.condition, "| growth rate of the overlap λ =", rec.instability)
+print(rec.verdict)
+
+# %% [markdown]
 # ## 4. Tied S = WWᵀ: the moment hierarchy
 # Words of indices, `μ_(k1..kw) = Tr(S_k1⋯S_kw)/d`; the flow of a word involves words one letter longer,
 # so it never closes; the truncation of degree M drops every longer word (docs/theory.md §5).
 
 # %%
 sys_tied = derive(spec, truncation=4)
-print(f"M = 4: {sys_tied.size} moments, {len(sys_tied.terms)} sparse terms")
-print("words:", sys_tied.word_names())
-show_terms(sys_tied, range(1, 6))
+print(sys_tied)
+names = sys_tied._sympy.latex_names
+eqs = sys_tied.equations()
+for name in list(eqs)[:3]:
+    display(Math(r"\frac{d%s}{d\tau} = %s" % (sp.latex(sys_tied.symbols()[name], symbol_names=names),
+                                               sp.latex(eqs[name], symbol_names=names))))
 
 # %% [markdown]
-# E.g. `dμ[S_s]/dt = −8Γ_ss μ[S_s S_s] − 8Γ_st μ[S_s S_t]` is `dμ/dt = −Σ_l Γ_kl(μ(l,k) + μ(k,l))` of docs/theory.md §5
-# times 4 (package time nα/d), and the ε·ν products of two moments are the pair contractions of §7.
+# E.g. `dμ_s/dτ = −8Γ_ss μ_ss − 8Γ_st μ_st + …` is `dμ/dt = −Σ_l Γ_kl(μ(l,k) + μ(k,l))` of docs/theory.md §5 times 4
+# (package time nα/d), and the ε·ν products of two moments are the pair contractions of §7. The tied student has
+# first-order signal (the paper's Cor. 3): its overlap leaves 0 at the rate −8Γ_st t_s p_tt, here
+
+# %%
+rec = symattn.recovery(spec)["student"]
+print("signal:", rec.signal, "| Γ_st(θ(0)) =", rec.condition, "=", rec.value, "| dp_st/dτ at τ = 0:", rec.velocity)
+
+# %% [markdown]
+# The same flow at matrix level — what the default (all-time) theory integrates — is `symattn.matrix_flow`:
+
+# %%
+display(Math(symattn.matrix_flow(spec).latex()))
+
+# %% [markdown]
 # ## 5. The generated code
-# `symattn.codegen.systems.source(system)` is a self-contained module (`symattn derive SPEC` writes it to `generated/`):
+# `symattn.codegen.systems.source(system)` is a self-contained module (`symattn derive SPEC` writes it to `generated/`);
+# its docstring carries the equations it evaluates:
 
 # %%
 from symattn.codegen.systems import source
 
 src = source(sys_tied)
 lines = src.splitlines()
-print("\n".join(lines[:12]))
+print("\n".join(lines[:16]))
 print("   ...")
 start = next(i for i, l in enumerate(lines) if l.startswith("def rhs") or "def _rhs" in l)
 print("\n".join(lines[start:start + 30]))

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .derivation.system import CENTRED as S_CENTRED
 from .errors import NumericalFailure
 
 BLOWUP = 1e6
@@ -111,13 +112,21 @@ def solve(system, y0, time: float, points: int, epsilon: float = 0.0, rtol=None,
     def blowup(t, y, p):
         return BLOWUP - np.max(np.abs(y)) if np.all(np.isfinite(y)) else -1.0
     blowup.terminal = True
+    margin = admissibility(system)
+
+    def inadmissible(t, y, p):
+        return margin(y)[0] if np.all(np.isfinite(y)) else -1.0
+    inadmissible.terminal = True
 
     from .progress import Progress, notes_enabled
     bar = Progress(1000, f"integrate M={system.truncation}", enabled=notes_enabled(), unit="‰")
 
     sched, gamma0 = system.spec.schedule, system.spec.weight_decay
 
+    reached = [0.0]                        # the furthest time the solver evaluated (where a failed step stopped)
+
     def rhs(t, y, p):
+        reached[0] = max(reached[0], t)
         bar.update(int(1000 * t / time) if time > 0 else 0)
         if sched.constant:
             return mod.rhs(t, y, current(y))
@@ -129,7 +138,7 @@ def solve(system, y0, time: float, points: int, epsilon: float = 0.0, rtol=None,
     try:
         from scipy.integrate import solve_ivp
         sol = solve_ivp(rhs, (0.0, time), y0, t_eval=t_eval, args=(params,),
-                        method="DOP853", rtol=rtol, atol=atol, events=blowup)
+                        method="DOP853", rtol=rtol, atol=atol, events=[blowup, inadmissible])
     except (ArithmeticError, np.linalg.LinAlgError) as exc:   # e.g. no slaved mean (untied): FloatingPointError
         raise NumericalFailure(f"integration of the M={system.truncation} system failed: {exc}") from None
     finally:
@@ -137,12 +146,49 @@ def solve(system, y0, time: float, points: int, epsilon: float = 0.0, rtol=None,
     Y = sol.y.T
     diverged = None
     if sol.status == 1 or sol.status == -1 or not np.all(np.isfinite(Y)):
-        diverged = float(sol.t[-1]) if sol.t.size else 0.0
-        if sol.t_events and sol.t_events[0].size:
-            diverged = float(sol.t_events[0][0])
+        events = [float(ev[0]) for ev in (sol.t_events or ()) if ev.size]
+        diverged = min(events) if events else float(reached[0])
         ok = np.all(np.isfinite(Y), axis=1) & (np.max(np.abs(Y), axis=1) < BLOWUP)
+        ok &= np.array([margin(y)[0] >= 0 for y in Y], dtype=bool) if len(Y) else ok
+        ok &= t_eval[: len(Y)] <= diverged
         Y = Y[ok]
+        if sol.t_events and len(sol.t_events) > 1 and sol.t_events[1].size:
+            _LEFT.append(margin(sol.y_events[1][0])[1])
     return t_eval[: len(Y)], Y, diverged
+
+
+_LEFT: list = []          # what the last inadmissible state violated (for the warning)
+
+
+def admissibility(system):
+    """y ↦ (margin, what): margin ≥ 0 while the state is a possible one — the order parameters a Gram matrix of
+    real matrices ((Ω ± Ψ)/2 ⪰ 0, P eq. 398; then Φ of a squared loss is ≥ 0) and Tr(S̊_k²)/d = q_kk − t_k² ≥ 0 for
+    every symmetric index — else negative, with ``what`` naming the first violation. A truncated hierarchy past its
+    window leaves this set (the zero truncation is no moment sequence); the integration stops there."""
+    P = system.potential
+    _, _, o_pos, p_pos, _ = P.split_plan()
+    K = system.spec.K
+    tw = np.asarray(system.theta_words)
+    symmetric = {system.index(((k, "S"),)) for k, ix in enumerate(system.spec.indices) if ix.symmetric}
+    centred = [c for c in system.columns if c.source == S_CENTRED and c.args[1] == c.args[2] and c.args[1] in symmetric]
+    split = int(not np.array_equal(o_pos, p_pos))          # a non-symmetric pair: Ω ≠ Ψ, both Grams checked
+
+    def margin(y):
+        th = y[tw]
+        omega, psi = th[o_pos].reshape(K, K), th[p_pos].reshape(K, K)
+        scale = 1.0 + float(np.max(np.abs(th))) if th.size else 1.0
+        worst, what = np.inf, ""
+        for label, G in (("(Ω + Ψ)/2", 0.5 * (omega + psi)), ("(Ω − Ψ)/2", 0.5 * (omega - psi)))[:1 + split]:
+            w = float(np.linalg.eigvalsh(0.5 * (G + G.T))[0])
+            if w < worst:
+                worst, what = w, f"the smallest eigenvalue of the order parameters' {label} is {w:.4g} < 0"
+        for c in centred:
+            i, a, b, *f = c.args
+            v = y[i] - (f[0] if f else 1.0) * y[a] * y[b]
+            if v < worst:
+                worst, what = float(v), f"{c.name} = {v:.4g} < 0"
+        return worst + 1e-9 * scale, what
+    return margin
 
 
 def retruncated(system, M: int):
@@ -163,6 +209,16 @@ def compiled_phi(system):
     return lambda theta: float(mod.phi_and_grad(np.ascontiguousarray(theta, dtype=float), lw)[0])
 
 
+def companion_truncation(M: int, least: int) -> int | None:
+    """The truncation a run at M is checked against (docs/theory.md §5, "Window"): M − 2 (the same parity: odd
+    and even truncations bracket the series from either side), else M − 1, else M + 1 for the least M —
+    every M ≥ 2 gets a window."""
+    for other in (M - 2, M - 1, M + 1):
+        if other >= least:
+            return other
+    return None
+
+
 def integrate(system, time: float = 1.0, points: int = 51, init="free", dim: int | None = None, seed: int = 0,
               epsilon: float | None = None, check_truncation: bool = True, gap_tol: float = 1e-3,
               log_time: bool = False) -> TheoryResult:
@@ -170,8 +226,9 @@ def integrate(system, time: float = 1.0, points: int = 51, init="free", dim: int
 
     init: "free" (free probability), "sample" (moments of simulate's seed-``seed`` matrices at
     ``dim``) or an explicit initial state vector. epsilon: SGD-noise ratio (default the spec's; 0
-    for the paper's limit). With check_truncation, the M−2 system is integrated too and the first
-    time where observables differ by more than ``gap_tol·(1 + |value|)`` is reported. ``log_time``:
+    for the paper's limit). With check_truncation, the companion truncation (``companion_truncation``: M − 2, else
+    M − 1, else M + 1) is integrated too and the first time where observables differ by more than
+    ``gap_tol·(1 + |value|)`` is reported. ``log_time``:
     log-spaced output times (``time_grid``).
     """
     from .derivation.hierarchy import min_truncation, require_moments
@@ -185,11 +242,14 @@ def integrate(system, time: float = 1.0, points: int = 51, init="free", dim: int
     table = {"time": t, **observables(system, Y, phi=compiled_phi(system))}
     res = TheoryResult(table, system.truncation, epsilon, diverged_at=diverged, gap_tol=gap_tol)
     if diverged is not None:
-        warnings.warn(f"theory (M={system.truncation}) diverged at time {diverged:.4g}; "
-                      f"rows after it are omitted (the truncation is invalid there)", RuntimeWarning, stacklevel=2)
-    lower = system.truncation - 2
-    if check_truncation and lower >= min_truncation(spec):
-        other = retruncated(system, lower)
+        why = f" ({_LEFT.pop()})" if _LEFT else ""
+        warnings.warn(f"theory (M={system.truncation}) diverged or left the possible states at time {diverged:.4g}"
+                      f"{why}; rows after it are omitted (the truncation is invalid there)", RuntimeWarning, stacklevel=2)
+    other_M = companion_truncation(system.truncation, min_truncation(spec))
+    if not isinstance(init, str) and other_M is not None and other_M > system.truncation:
+        other_M = None                     # an explicit state has no moments beyond its own truncation
+    if check_truncation and other_M is not None:
+        other = retruncated(system, other_M)
         y1 = initial(other, init, dim=dim, seed=seed) if isinstance(init, str) else restrict(system, y0, other)
         t1, Y1, _ = solve(other, y1, time, points, epsilon, log_time=log_time)
         obs1 = observables(other, Y1, loss=False)                     # the loss is not compared
@@ -204,6 +264,6 @@ def integrate(system, time: float = 1.0, points: int = 51, init="free", dim: int
         bad = np.nonzero(gap > gap_tol)[0]
         if bad.size:
             res.valid_until = float(t[bad[0]])
-            warnings.warn(f"truncations M={system.truncation} and M={lower} disagree by more than "
+            warnings.warn(f"truncations M={system.truncation} and M={other_M} disagree by more than "
                           f"{gap_tol:g} from time {res.valid_until:.4g} on", RuntimeWarning, stacklevel=2)
     return res

@@ -29,7 +29,7 @@ class Notebook:
         self._n = 0
         self._t0 = time.time()
         from .version import __version__
-        print("QUICK =", QUICK, "| symattn", __version__, "from", Path(__file__).parent)
+        print("QUICK =", QUICK, "| symattn", __version__)
 
     def savefig(self, fig) -> Path:
         """Save ``fig`` as ``<figdir>/<name>_<k>.png`` (k = 1, 2, … in call order)."""

@@ -115,22 +115,26 @@ def test_weight_decay_convergence_uniform_in_time_only_above_threshold():
     time the decay adds −2γS, so each eigenvalue obeys λ' = 8λ(c − λ) − 2γλ = 8λ(c_γ − λ) with
     c_γ = c − γ/4 — the same logistic law as without decay (``mp_riccati_trace`` with c = c_γ).
     Above the paper's threshold γ > 4(c + λ_max) ≈ 15.7 the truncation converges uniformly on
-    τ ≤ 0.5; below it (γ = 3) larger M is worse. Measured: γ = 20: max error 5.9e-5, 3.0e-7,
-    2.6e-9 for M = 4, 8, 12; γ = 3: 0.056, 0.52, 8.5."""
+    τ ≤ 0.5; below it (γ = 3) it does not: the error over the rows a truncation writes grows with M, and
+    M = 4 and 12 leave the possible states (p_ss < 0: the integration stops there, ``integration.admissibility``).
+    Measured: γ = 20: max error 5.9e-5, 3.0e-7, 2.6e-9 for M = 4, 8, 12; γ = 3: 0.056 (stopped at τ = 0.46),
+    0.52, 3.9 (stopped at τ = 0.195)."""
     times = np.linspace(0.0, 0.5, 101)
-    errors = {}
+    errors, reach = {}, {}
     for gamma in (20.0, 3.0):
         spec = spec_of("riccati_mp", **{"training.weight_decay": gamma, "indices.0.init_scale": 1.0})
         exact, _ = mp_riccati_trace(times, 0.5, 1.0, c=1.0 - gamma / 4)
         for M in (4, 8, 12):
             res = quiet_integrate(derive(spec, M), time=0.5, points=101, epsilon=0.0, check_truncation=False)
             n = len(res.table["time"])
-            errors[gamma, M] = float(np.max(np.abs(res.table["tr_student"] - exact[:n]))) if n == 101 else np.inf
-    print("\nweight decay, max |tr_M − exact| on τ ≤ 0.5:", errors)
+            errors[gamma, M] = float(np.max(np.abs(res.table["tr_student"] - exact[:n])))
+            reach[gamma, M] = float(res.table["time"][-1])
+    print("\nweight decay, max |tr_M − exact| on the rows written (τ ≤ 0.5):", errors, "reached:", reach)
+    assert all(reach[20.0, M] == 0.5 for M in (4, 8, 12))
     assert errors[20.0, 4] > 30 * errors[20.0, 8] > 30 * 30 * errors[20.0, 12]   # measured ratios ≈ 200, 115
     assert errors[20.0, 12] < 1e-7
     assert errors[3.0, 4] < errors[3.0, 8] < errors[3.0, 12]                    # grows with M
-    assert errors[3.0, 12] > 1.0
+    assert errors[3.0, 12] > 1.0 and reach[3.0, 12] < 0.5
 
 
 def test_truncation_honesty_riccati_sigma1():
@@ -419,3 +423,23 @@ def test_direct_h2_uninformative_two_d():
     m100, _ = direct_h2_check(100, 4)
     m200, _ = direct_h2_check(200, 3)
     assert m200 < m100                # O(1/d): measured ratio 0.61
+
+
+@pytest.mark.parametrize("M", [2, 3, 4, 5, 6, 7])
+def test_no_truncation_writes_an_impossible_state(M, tmp_path):
+    """tied h2 (σ = 1) at every truncation M = 2 … 7 beyond its window: the run stops where the truncated moments
+    stop being moments of real matrices (p_ss < 0, a non-Gram q: then Φ of the squared loss would be negative) or
+    blow up, says so with the time, and writes no row with a negative loss, p_ss or q_ss; every M gets a window
+    (M − 2, M − 1 or M + 1 as companion, ``integration.companion_truncation``). Before, M = 3 integrated for 625 s
+    and wrote p_student_student = −91 366 and loss = −1714 with exit 0."""
+    from symattn.cli import main
+    from symattn.integration import read_csv
+    out = tmp_path / "th.csv"
+    assert main(["theory", "tied_h2_L1", "--method", "moments", "--truncation", str(M), "--time", "0.2",
+                 "--points", "41", "--out", str(out), "--quiet"]) == 0
+    tab = read_csv(out)
+    assert len(tab["time"]) >= 1
+    for c in ("loss", "p_student_student", "q_student_student", "p_teacher_teacher"):
+        assert np.all(tab[c] >= -1e-9), (M, c, tab[c].min())
+    res_gap = tab.get("truncation_gap")
+    assert res_gap is not None

@@ -316,14 +316,15 @@ def test_time_shorter_than_one_step_is_refused(tmp_path, workdir, capsys):
 
 def test_repeated_at_uses_every_value(capsys):
     import json
-    code, out, _ = _run(["potential", SMALL, "--at", "q_student_student=1.5", "--at", "q_student_teacher=0.3",
+    # (q_st = 0.2 keeps the order parameters a Gram matrix: q_st² ≤ q_ss q_tt = 1.5·0.047)
+    code, out, _ = _run(["potential", SMALL, "--at", "q_student_student=1.5", "--at", "q_student_teacher=0.2",
                          "--json"], capsys)
     assert code == 0
     at = json.loads(out)["at"]
-    assert at["q_student_student"] == 1.5 and at["q_student_teacher"] == 0.3
-    code, out, _ = _run(["potential", SMALL, "--at", "q_student_student=1.5", "q_student_teacher=0.3", "--json"],
+    assert at["q_student_student"] == 1.5 and at["q_student_teacher"] == 0.2
+    code, out, _ = _run(["potential", SMALL, "--at", "q_student_student=1.5", "q_student_teacher=0.2", "--json"],
                         capsys)
-    assert code == 0 and json.loads(out)["at"]["q_student_teacher"] == 0.3
+    assert code == 0 and json.loads(out)["at"]["q_student_teacher"] == 0.2
     # Φ of h2 at these values is the closed form evaluated there (not the defaults)
     from symattn import potential
     P = potential(SMALL)

@@ -412,3 +412,38 @@ def test_compare_dims_cli(tmp_path):
     assert main(["compare", str(spec), "--dim", "30", "--dims", "30,60"]) == 2
     assert main(["compare", str(spec), "--dims", "30"]) == 2
     assert main(["compare", str(spec), "--dims", "30,abc"]) == 2
+
+
+def test_softmax_nu_against_monte_carlo_over_gaussian_g():
+    """ν = E tr(s C s C), s = sym ∂𝓛/∂G of the student (docs/theory.md §7), for the README example (tied softmax,
+    L = 2) at its free initial order parameters, against plain Monte Carlo over the Gaussian law of G (4·10⁵
+    draws from the mean and covariance of docs/theory.md §2, ∂𝓛/∂G from the loss's own SymPy gradient): within 2 %
+    (ν is calibrated to 2e-2 relative, ``derivation.noise``) plus 4 standard errors (≈ 0.3 % here)."""
+    import sympy as sp
+
+    from symattn.derivation.noise import nu_expectations
+    from symattn.derivation.potential import Potential
+    from symattn.initial import initial_order_parameters
+    spec = load_spec("tied_softmax_L2")
+    P = Potential(spec)
+    nu = nu_expectations(P)["nu_0_0"]
+    theta = initial_order_parameters(spec)
+    at = {s: theta[s.name] for s in P.symbols}
+    G = P.loss.g_symbols
+    mean = np.array([float(sp.sympify(P.gauss.mean(g)).xreplace(at)) for g in G])
+    cov = np.array([[float(sp.sympify(P.gauss.cov(a, b)).xreplace(at)) for b in G] for a in G])
+    w, U = np.linalg.eigh(cov)
+    n = 400_000
+    z = np.random.default_rng(11).standard_normal((n, len(G)))
+    draws = mean + (z * np.sqrt(np.clip(w, 0, None))) @ U.T
+    L = spec.tokens
+    mine = [sp.Symbol(f"G_{i + 1}_{j + 1}_1", real=True) for i in range(L) for j in range(L)]
+    from symattn.symbolic.loss import BETA
+    grad = sp.lambdify([G], [g.xreplace({BETA: P.beta}) for g in P.loss.pathwise_gradient(mine)], modules="numpy")
+    e = np.array([np.broadcast_to(v, (n,)) for v in grad(draws.T)]).reshape(L, L, n)
+    s = 0.5 * (e + e.transpose(1, 0, 2))                       # the symmetric student's gradient
+    C = np.asarray(spec.covariance)
+    samples = np.einsum("ijn,jk,kln,li->n", s, C, s, C)       # tr(s C s C)
+    mc, se = samples.mean(), samples.std() / np.sqrt(n)
+    value = nu.value(np.array([theta[n_] for n_ in P.names]))
+    assert abs(value - mc) <= 0.02 * abs(mc) + 4 * se, (value, mc, se)

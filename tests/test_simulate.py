@@ -270,3 +270,35 @@ def test_runs_at_different_dimensions_are_independent():
     for j, s in enumerate(res.seeds):
         want = order_parameters(spec, draw_initial(spec, 20, s), 20)["q_student_student"]
         assert res.per_seed["q_student_student"][j, 0] == want
+
+
+@pytest.mark.parametrize("backend", ["numpy", pytest.param("torch", marks=pytest.mark.torch)])
+def test_label_noise_has_its_exact_effect_on_the_loss(backend):
+    """With the student equal to the teacher the per-sample ½-MSE is ½ξ², ξ ~ N(0, Δ): its mean over the samples a
+    simulator draws (the ones SGD trains on) is Δ/2, the label-noise term of Φ at q_ss = q_st = q_tt. Δ = 0.25,
+    4·10⁴ samples: standard error Δ/√(2·4·10⁴) = 8.8·10⁻⁴; allowance 4 of them (a draw with standard deviation Δ
+    instead of √Δ gives Δ²/2 = 0.031 against 0.125)."""
+    delta, d, n = 0.25, 30, 40_000
+    spec = make_spec(act="h2", B=1000, model={"label_noise": delta}, student_extra={"width": 0.5})
+    state = draw_initial(spec, d, 0)
+    state[0] = {k: v.copy() for k, v in state[1].items()}          # the student is the teacher
+    rng = np.random.default_rng(5)
+    if backend == "numpy":
+        m = Model(spec, d)
+        m.set_state(state)
+        losses = np.concatenate([m.per_sample_loss(*m.sample(rng)) for _ in range(n // spec.batch_size)])
+    else:
+        import torch
+
+        from symattn.simulation.torch_backend import TorchModel
+        m = TorchModel(spec, d, seeds=1, device="cpu", dtype="float64")
+        m.set_state([state])
+        gen = torch.Generator().manual_seed(5)
+        losses = np.concatenate([m.per_sample_loss(*m.sample(gen)).cpu().numpy().ravel()
+                                 for _ in range(n // spec.batch_size)])
+    P = Potential(spec)
+    q = order_parameters(spec, state, d)
+    theory = P.value({n_: q[n_] for n_ in P.names})
+    assert theory == pytest.approx(delta / 2, rel=1e-12)
+    se = losses.std() / np.sqrt(losses.size)
+    assert abs(losses.mean() - theory) < 4 * se, (losses.mean(), theory, se)

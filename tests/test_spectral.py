@@ -236,12 +236,34 @@ def test_direct_linear_is_exact_relaxation():
         assert np.allclose(res.spectra["s"][i], np.linalg.eigvalsh(S), atol=1e-7)
 
 
-def test_weight_decay_tied():
-    """γ only: 𝓛 = 0·G, dS/dt = −2γS ⇒ tr(t) = tr(0)e^{−2γt}."""
-    spec = _spec([{"name": "s", "role": "student", "parameterization": "tied", "width": 0.5}],
-                 loss="0*G_1_1_1 + 1e-30*G_1_1_1**2", gamma=0.5, name="wd")
-    res = solve_spectral(spec, time=1.0, points=3, size=50, error_estimate=False)
-    assert np.allclose(res.table["tr_s"], res.table["tr_s"][0] * np.exp(-2 * 0.5 * res.time), rtol=1e-7)
+WEIGHT_DECAY_KINDS = {
+    # name: (student index, {column: decay rate per unit γτ})
+    "tied_factor": ({"parameterization": "tied", "width": 0.5}, {"tr_s": 2, "q_s_s": 4}),
+    "tied_dense": ({"parameterization": "tied", "width": 1.0}, {"tr_s": 2, "q_s_s": 4}),
+    "direct": ({"parameterization": "direct", "init_scale": 0.8}, {"q_s_s": 2}),
+    "general": ({"parameterization": "general", "init_scale": 0.8}, {"q1_s_s": 2}),
+    "untied": ({"parameterization": "untied", "width": 1.0}, {"trA_s": 2, "trB_s": 2, "q1_s_s": 4}),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(WEIGHT_DECAY_KINDS))
+def test_weight_decay_alone_decays_every_kind_exactly(kind):
+    """γ only (a loss without a student gradient, 1e-30·G²): the factors decay as e^{−γτ} (tied W, untied U and V:
+    S = WWᵀ, M = UVᵀ, A, B as e^{−2γτ}), a matrix trained directly as e^{−γτ}; so each trace column decays at its
+    closed rate — in the matrix-level flow of every representation (factor and dense tied, direct, general, untied
+    pair) and in the hierarchy (M = 3), to 1e-7. (A factor 2 on γ in one kind's flow moves a column by e^{γτ} − 1.)"""
+    student, rates = WEIGHT_DECAY_KINDS[kind]
+    gamma, T = 0.7, 0.8
+    spec = _spec([{"name": "s", "role": "student", **student}], loss="1e-30*G_1_1_1**2", gamma=gamma, name="wd")
+    res = solve_spectral(spec, time=T, points=5, size=60, error_estimate=False)
+    from symattn.derivation import derive
+    from symattn.integration import integrate
+    hier = integrate(derive(spec, 3), time=T, points=5, epsilon=0.0, check_truncation=False)
+    for table in (res.table, hier.table):
+        t = np.asarray(table["time"])
+        for col, rate in rates.items():
+            want = table[col][0] * np.exp(-rate * gamma * t)
+            assert np.allclose(table[col], want, rtol=1e-7, atol=1e-12), (kind, col, table[col], want)
 
 
 # ------------------------------------------------------------------ determinism, failures, outputs
