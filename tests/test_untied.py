@@ -264,8 +264,18 @@ def test_weak_recovery_identity(activation, student, teacher, gamma, teacher_mea
     gstar = -0.5 * _gauss_mean(dsig, fp.m_star["student"], v1) * _gauss_mean(dsig, teacher_mean, v2)
     assert np.allclose(g, gstar, rtol=1e-8, atol=1e-12)
     assert abs(gstar) > 0.05
-    # the slaved-mean identity dμ(M_1)/dτ = −2γ μ(M_1) (β = −ψ/D keeps Tr M/√d finite)
-    assert abs(rhs[ix(((0, "S"),))] + 2 * gamma * y0[ix(((0, "S"),))]) < 1e-10
+    # the slaved-mean identity dμ(M_1)/dτ = −β̄D − ψ − 2γμ(M_1) = −2γ μ(M_1) (β̄ = −ψ/D keeps Tr M/√d finite), at a
+    # state where both sides and β̄ are non-zero (the free start has μ(M_1) = ψ = β̄ = 0: there it would read 0 = 0):
+    # the matrices of a simulation seed at d = 40
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ys = R.initial(system, "sample", dim=40, seed=1)
+    p = R.params(system, 0.0, ys)
+    beta = R.coefficients(system, ys, p)[system.coef_names.index("beta_0")]
+    rs = compiled(system).rhs(0.0, ys, p)
+    mu_m = ys[ix(((0, "S"),))]
+    assert abs(beta) > 1e-3 and abs(mu_m) > 1e-4 and (gamma == 0 or abs(rs[ix(((0, "S"),))]) > 1e-5)
+    assert abs(rs[ix(((0, "S"),))] + 2 * gamma * mu_m) < 1e-10 * max(1.0, abs(beta))
 
 
 # ----------------------------------------------------------------------------- (d) dichotomy
