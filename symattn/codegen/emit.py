@@ -343,7 +343,7 @@ def module_source(system, kind: str, coefficient_lines: list, theta: str = "mu[T
         nterms=len(system.terms), digest=hashlib.sha256(spec_text.encode()).hexdigest()[:16],
         phi=sp.sstr(P.closed_form) + (" + E[non-polynomial terms]" if P.base_terms else ""),
         quad=quad, spec=_indent(spec_text), words=_indent("\n".join(f"{i}: {w}" for i, w in enumerate(words))),
-        equations=_indent("\n".join(system._sympy.text(closed=False))))
+        equations=_indent(_equations_text(system)))
     T = system.terms
     src = [head]
     src.append(f"NAMES = {P.names!r}  # order parameters θ of Φ\n")
@@ -381,6 +381,18 @@ def module_source(system, kind: str, coefficient_lines: list, theta: str = "mu[T
     src.append(template("rhs.py.tmpl").substitute(jit=jit, theta=theta))
     text = "\n".join(src)
     return re.sub(r"[ \t]+\n", "\n", text)
+
+
+DOCSTRING_EQUATIONS = 200        # moments up to which a module's docstring writes its equations out
+
+
+def _equations_text(system) -> str:
+    """The equations of a system for its module's docstring (System.equations in plain text), or, for a system of
+    more than DOCSTRING_EQUATIONS moments, where to get them (printing thousands of lines helps no reader)."""
+    if system.size > DOCSTRING_EQUATIONS:
+        return (f"({system.size} moments: too many to list here; symattn derive SPEC --truncation {system.truncation} "
+                f"--equations text prints them, System.equations() gives them as SymPy)")
+    return "\n".join(system._sympy.text(closed=False))
 
 
 def _indent(text, pre="    "):
