@@ -33,8 +33,8 @@ def extrapolate(diffs_by_dim: dict, col: str) -> tuple:
     ses = np.array([diffs_by_dim[d][col][1] for d in dims])
     a, se, b = (np.empty(means.shape[1]) for _ in range(3))
     for j in range(means.shape[1]):
-        s = np.maximum(ses[:, j], 1e-15)
-        W = 1.0 / s**2
+        s = ses[:, j]
+        W = 1.0 / s**2 if np.all(s > 1e-14) else np.ones_like(s)      # at t = 0 every difference is 0
         A = X.T @ (W[:, None] * X)
         coef = np.linalg.solve(A, X.T * W)
         a[j], b[j] = coef @ means[:, j]

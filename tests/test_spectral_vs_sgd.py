@@ -2,16 +2,11 @@
 
 Cases: tied L=1 h2 (student κ=1, teacher κ*=0.5) and tied L=2 softmax (β=1), docs/theory.md §5/§8.
 
-* Curves: ``solve_spectral`` (size N, with its N vs N/2 error ``<col>_err``) against the seed means of
-  ``simulate`` over the whole horizon, which reaches far beyond the moment hierarchy's window
-  (h2: M=4 diverges at t ≈ 0.0066; softmax: M=6 vs M=4 disagree from t ≈ 0.1). Tolerance per
-  column and time:
-
-      |spectral − SGD| ≤ K_SEM·sem + err_N + (ALLOW_D/d + ALLOW_EPS)·(1 + |spectral|)
-
-  ALLOW_D/d is the finite-d allowance and ALLOW_EPS the O(ε) SGD-noise effect the noise-free
-  spectral flow does not contain; both were measured (numbers next to the constants) and are
-  stated with the report of each run (``-s`` prints the max deviations per column).
+* Curves: the matrix-level flow with its O(ε) SGD-noise terms against ``simulate`` over the whole horizon, which
+  reaches far beyond the moment hierarchy's window (h2: M=4 diverges at t ≈ 0.0066; softmax: M=6 vs M=4 disagree
+  from t ≈ 0.1): each seed paired with the flow from its own matrices, the mean difference at two dimensions
+  extrapolated linearly in 1/d, the intercept within 4 of its standard errors (an allowance derived from the
+  seeds' sampling error alone, at most a quarter of each tested column's change; ``tests/agreement.py``).
 * Inside the hierarchy's window the spectral solver and ``integrate(derive(spec))`` (ε = 0)
   agree to the solver's finite-N error.
 * Spectra: Kolmogorov–Smirnov distance between the solver's eigenvalues (N ≥ d) and the SGD
@@ -41,28 +36,13 @@ from symattn.spectral import plot_spectra, solve_spectral
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
-K_SEM = 4.0
-# Default suite, h2: 4 seeds at d = 100 as at d = 50 (with 2, the SEM of the t = 0 loss — the finite-d
-# bias of the sampled initial state, 0.27 at d = 100 and 0.57 at d = 50 — is itself too uncertain; one
-# set of streams left it at 1.1 tol). Measured with 4: loss at t = 0 was the worst cell, dev/tol 0.97
-# (d = 50) and 0.98 (d = 100) under ALLOW_D = 5, 0.52 and 0.58 under the loss's own 12 (below); the
-# dynamics columns stay below 0.75.
-# Measured (spectral N = 200 reference; "resid" = max over time of (|dev| − 4 sem − err_N)/(1 + |v|)):
-#   h2, ε = 0.002, horizon 0.06: max |dev| of p_student_student 0.142 (d = 50), 0.076 (d = 100) — it halves
-#     with d, i.e. finite-d dominated (≈ 7/d); resid up to 0.064 (d = 50, loss), 0.045 (d = 100, p_ss).
-#     Hence ALLOW_D = 5 (0.1 at d = 50, 0.05 at d = 100) and ALLOW_EPS = 0.01 for the ε-part that does not
-#     decay with d (docs/theory.md §7: at ε = 0.002 the initial drift is still ≈ 2–3 % below the ε → 0 limit).
-#   The loss of h2 (slow run, 4 seeds, N = 400) deviates most at τ ≈ 0.06: 0.167 at d = 100 and 0.091 at
-#     d = 200 (16.7/d and 18.1/d: finite-d, as the q's it is made of — q_st 0.102 → 0.044 there), i.e.
-#     ≈ 10/d·(1 + |v|) at v = 0.72: Φ weighs the q deviations with coefficients > 1, so the loss has its
-#     own allowance ALLOW_D = 12 (5 left it at dev/tol 1.14 and 1.19).
-#   softmax, ε = 0.01, horizon 0.6: max |dev| ≤ 0.02 at d = 50, resid ≤ 0.004; ALLOW_D = 1, ALLOW_EPS = 0.01.
+# Cases: ε of the SGD runs, the matrix size of the free-start reference solution, the dimensions and seeds.
 CASES = {
-    "h2": dict(file="tied_h2_L1.toml", eps=0.002, allow_d=5.0, allow_d_cols={"loss": 12.0}, allow_eps=0.01, size=200,
+    "h2": dict(file="tied_h2_L1.toml", eps=0.002, size=200,
                default=dict(dims=(50, 100), seeds=(4, 4), time=0.06, points=13),
                slow=dict(dims=(100, 200), seeds=(4, 4), time=0.1, points=21, size=400)),
-    "softmax": dict(file="tied_softmax_L2.toml", eps=0.01, allow_d=1.0, allow_eps=0.01, size=200,
-                    default=dict(dims=(100,), seeds=(2,), time=0.3, points=7),
+    "softmax": dict(file="tied_softmax_L2.toml", eps=0.01, size=200,
+                    default=dict(dims=(50, 100), seeds=(4, 4), time=0.3, points=7),
                     slow=dict(dims=(100, 200), seeds=(4, 4), time=1.0, points=11, size=400)),
 }
 KS_ALLOW_D = 3.0            # KS finite-d allowance ALLOW/d (measured h2: KS·d ≈ 5.5 at d=50, 6.5 at d=100)
@@ -96,6 +76,7 @@ def _sim(case, d, seeds, T, points):
         P.calibrate({n: float(res.per_seed[n][0, 0]) for n in P.names})
         per = np.array([[float(P.value({n: res.per_seed[n][s, j] for n in P.names})) for j in range(points)]
                         for s in range(seeds)])
+        res.per_seed["loss"] = per
         res.table["loss"] = per.mean(0)
         res.table["loss_sem"] = per.std(0, ddof=1) / math.sqrt(seeds)
         _CACHE[key] = res
@@ -121,46 +102,29 @@ def _fine_points(points, factor=5):
     return factor * (points - 1) + 1
 
 
-def _curve_deviations(case, slow):
-    c, s = _settings(case, slow)
-    sp = _spectral(case, s["time"], _fine_points(s["points"]), s["size"])
-    th = sp.table
-    report = {}
-    for d, seeds in zip(s["dims"], s["seeds"]):
-        sim = _sim(case, d, seeds, s["time"], s["points"]).table
-        t = sim["time"]
-        rows = {}
-        for col in th:
-            if col == "time" or col.endswith("_err") or col not in sim or col == "test_loss":
-                continue
-            v = np.interp(t, th["time"], th[col])
-            err = np.interp(t, th["time"], th[col + "_err"])
-            dev = np.abs(v - sim[col])
-            allow_d = c.get("allow_d_cols", {}).get(col, c["allow_d"])
-            tol = K_SEM * sim[col + "_sem"] + err + (allow_d / d + c["allow_eps"]) * (1 + np.abs(v))
-            rows[col] = dict(max_dev=float(dev.max()), t_max=float(t[np.argmax(dev)]),
-                             max_dev_over_tol=float(np.max(dev / tol)),
-                             resid=float(np.max((dev - K_SEM * sim[col + "_sem"] - err) / (1 + np.abs(v)))))
-        report[d] = rows
-    return report
-
-
-def _print_report(case, report, slow):
-    c, s = _settings(case, slow)
-    print(f"\n[{case}] ε={c['eps']}, horizon {s['time']}, spectral N={s['size']}, tol = {K_SEM}·sem + err_N + "
-          f"({c['allow_d']}/d + {c['allow_eps']})(1+|v|); ALLOW_D per column {c.get('allow_d_cols', {})}")
-    for d, rows in report.items():
-        for col, r in rows.items():
-            print(f"  d={d:4d} {col:20s} max|dev| {r['max_dev']:.4f} at t={r['t_max']:.3f}  dev/tol {r['max_dev_over_tol']:.2f}"
-                  f"  resid {r['resid']:+.4f}")
-
-
 def _check_curves(case, slow):
-    report = _curve_deviations(case, slow)
-    _print_report(case, report, slow)
-    bad = [(d, col, r["max_dev_over_tol"]) for d, rows in report.items() for col, r in rows.items()
-           if not r["max_dev_over_tol"] <= 1.0]
-    assert not bad, f"{case}: spectral vs SGD outside tolerance: {bad}"
+    """The matrix-level flow (with its O(ε) noise) against SGD over the whole horizon, each seed paired with the flow
+    from its own matrices (N = d), at two dimensions; the mean difference extrapolated in 1/d must vanish within 4
+    standard errors of the intercept, an allowance at most a quarter of each tested column's change
+    (``tests/agreement.py``)."""
+    from agreement import check, paired_differences
+    c, s = _settings(case, slow)
+    spec = load_spec(_raw(case))
+    cols = ["tr_student", "q_student_student", "q_student_teacher", "p_student_teacher", "loss"]
+    diffs, change = {}, {}
+    for d, seeds in zip(s["dims"], s["seeds"]):
+        sim = _sim(case, d, seeds, s["time"], s["points"])
+        theories = [solve_spectral(spec, size=d, seed=k, init="sample", time=s["time"],
+                                   points=_fine_points(s["points"]), epsilon=c["eps"], noise_realisations=4,
+                                   noise_antithetic=True, spectra=False, potential=_potential(case)).table
+                    for k in range(seeds)]
+        diffs[d] = paired_differences(sim, theories, cols)
+        change = {col: float(np.ptp(np.mean([th[col] for th in theories], axis=0))) for col in cols}
+    report = check(diffs, change)
+    print(f"\n[{case}] ε={c['eps']}, horizon {s['time']}, d = {s['dims']}: " +
+          ", ".join(f"{col}: gap {r['gap']:.2e} ≤ {r['allowance']:.2e} (change {r['change']:.3f}"
+                    f"{'' if r['tested'] else ', untested'})" for col, r in report.items()))
+    assert report["p_student_teacher"]["tested"] and report["q_student_teacher"]["tested"]
 
 
 def _check_hierarchy(case, slow):
@@ -231,9 +195,13 @@ def _check_spectra(case, slow, tmp_path):
 
 
 # ------------------------------------------------------------------ default suite
-@pytest.mark.parametrize("case", ["h2", "softmax"])
-def test_spectral_matches_sgd_over_whole_curve(case):
-    _check_curves(case, slow=False)
+def test_spectral_matches_sgd_over_whole_curve():
+    """softmax (σ = 1, ε = 0.01, τ ≤ 0.3) at d = 50 and 100. Tied h2 (σ = 1) escapes its uninformative start within
+    the horizon, and there the d = 50 / 100 gap is not yet O(1/d) (p_st: 0.101 and 0.072 at τ = 0.06, ratio 1.4): its
+    whole-curve check runs at d = 100 and 200 in the slow suite (``test_spectral_matches_sgd_d200``); the default
+    run keeps its independent checks — the flow against an independent RK4 of the matrix ODE
+    (tests/test_spectral.py) and the initial drift of SGD against the population flow (tests/test_simulate.py)."""
+    _check_curves("softmax", slow=False)
 
 
 @pytest.mark.parametrize("case", ["h2", "softmax"])

@@ -325,35 +325,36 @@ SIM_COLS = ("q1_student_student", "q2_student_student", "q1_student_teacher", "q
 
 
 def _sim_vs_theory(dims, seeds, time=0.05, points=3):
-    try:
-        import symattn.simulation as S
-    except ImportError:  # pragma: no cover
-        pytest.skip("symattn.simulate unavailable")
+    """SGD (h1 untied, ε = 0.002) against the M = 6 hierarchy started from each seed's own matrices, at two
+    dimensions: the paired mean difference extrapolated linearly in 1/d vanishes within 4 standard errors of the
+    intercept on every column whose change is at least 4 times that allowance (``tests/agreement.py``)."""
+    import symattn.simulation as S
+    from agreement import check, paired_differences
     spec = untied_spec(**SIM_SPEC)
-    th = _theory(spec, time, points=points)
-    out = {}
+    system = derive(spec)
+    diffs, change = {}, {}
     for d in dims:
-        T = S.simulate(spec, dim=d, seeds=seeds, time=time, points=points, progress=False, test_samples=0).table
-        # fast phase: h1 gives ∂Φ/∂m_1 = m_1 − m_2, so m*_1 = m_2 (the teacher's finite-d mean, O(1/√d))
+        sim = S.simulate(spec, dim=d, seeds=seeds, time=time, points=points, progress=False, test_samples=0)
+        T = sim.table
+        # fast phase: h1 gives ∂Φ/∂m = m_1 − m_2, so m*_1 = m_2 (the teacher's finite-d mean, O(1/√d))
         assert np.all(np.abs(T["m_student"][1:] - T["m_teacher"][1:]) < 0.05)
-        dev = {c: float(np.max(np.abs(T[c] - th[c]))) for c in SIM_COLS}
-        sem = {c: float(np.max(T[c + "_sem"])) for c in SIM_COLS}
-        out[d] = (dev, sem)
-        for c in SIM_COLS:
-            assert dev[c] < 4 * sem[c] + 0.03, (d, c, dev[c], sem[c])
-    return out
-
-
-def test_simulation_follows_hierarchy():
-    """(c) d = 100, 2 seeds, h1 untied: slow moments follow the M = 6 hierarchy up to τ = 0.05."""
-    _sim_vs_theory((100,), 2)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            runs = [integrate(system, time=time, points=11, init="sample", dim=d, seed=s, check_truncation=False).table
+                    for s in range(seeds)]
+        diffs[d] = paired_differences(sim, runs, SIM_COLS)
+        change = {c: float(np.ptp(np.mean([r[c] for r in runs], axis=0))) for c in SIM_COLS}
+    return check(diffs, change)
 
 
 @pytest.mark.slow
-def test_simulation_follows_hierarchy_two_dims():
-    """(c) d = 100 and 200, 3 seeds (measured max deviations: q1_ss 0.016 / 0.009, q2_ss 0.004 / 0.005,
-    q1_st 0.001 / 0.001, trA 0.003 / 0.002 at τ ≤ 0.05)."""
-    _sim_vs_theory((100, 200), 3)
+def test_simulation_follows_hierarchy():
+    """(c) d = 100 and 200, 3 seeds, h1 untied: the slow moments follow the M = 6 hierarchy up to τ = 0.05 (the
+    default run's independent check of the same letter flows: ``test_letter_flow_matches_sgd_drift``, the one-step
+    SGD drift against the flows at d = 200)."""
+    report = _sim_vs_theory((100, 200), 3)
+    print(report)
+    assert report["q1_student_student"]["tested"] and report["q1_student_teacher"]["tested"]
 
 
 if __name__ == "__main__":
