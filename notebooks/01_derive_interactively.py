@@ -153,11 +153,13 @@ for name in list(eqs)[:3]:
 # %% [markdown]
 # E.g. `dμ_s/dτ = −8Γ_ss μ_ss − 8Γ_st μ_st + …` is `dμ/dt = −Σ_l Γ_kl(μ(l,k) + μ(k,l))` of docs/theory.md §5 times 4
 # (package time nα/d), and the ε·ν products of two moments are the pair contractions of §7. The tied student has
-# first-order signal (the paper's Cor. 3): its overlap leaves 0 at the rate −8Γ_st t_s p_tt, here
+# first-order signal (the paper's Cor. 3): its overlap leaves 0 at the rate −8Γ_st t_s p_tt = 0.5 here
+# (Γ_st = −4t_s t_t = −0.5, t_s = 0.25, p_tt = 0.5):
 
 # %%
 rec = symattn.recovery(spec)["student"]
 print("signal:", rec.signal, "| Γ_st(θ(0)) =", rec.condition, "=", rec.value, "| dp_st/dτ at τ = 0:", rec.velocity)
+nb.states("dp_st/dτ at τ = 0 (tied, the recovery analysis)", rec.velocity, "0.5", 1e-12)
 
 # %% [markdown]
 # The same flow at matrix level — what the default (all-time) theory integrates — is `symattn.matrix_flow`:

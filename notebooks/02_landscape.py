@@ -95,6 +95,13 @@ for act, gd, gt, gu, gut in rows:
     print(f"{act:10s} {gd:18.3e} {gt:19.3e} {gu:18.3e} {gut:20.3e}")
 
 # %% [markdown]
+# For the linear activation Φ = q₁₁ + q₂₂ − 2q₁₂ (½-MSE, one token), so its cross-gradient is the constant
+# Γ₁₂ = −1 (off-diagonal entries halved, docs/theory.md §2):
+
+# %%
+nb.states("linear Γ₁₂ at q₁₂ = 0", G_lin := pots["linear"].gradients(point(0.0, 2.0)).gamma[0, 1], "-1", 1e-12)
+
+# %% [markdown]
 # Φ and −∇Φ over (q₁₁, q₁₂) (feasible region q₁₂² ≤ q₁₁q₂₂). The flows move *along* −Γ only through the
 # matrix dynamics (docs/theory.md §4–5), but the picture shows where Φ is flat in the q₁₂ direction.
 

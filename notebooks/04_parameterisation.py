@@ -68,6 +68,10 @@ def make(act, kind, sigma=SIGMA):
 
 ACTS, KINDS = ["linear", "h2", "h3"], ["direct", "tied"]
 theory, spectral, sims, diverged = {}, {}, {}, {}
+from symattn.initial import initial_order_parameters
+
+nb.states("Var G* = 2q₂₂ of the teacher", 2 * initial_order_parameters(make("h3", "tied"))["q_teacher_teacher"], "1",
+          1e-12)
 for act in ACTS:
     for kind in KINDS:
         s = make(act, kind)

@@ -20,7 +20,8 @@
 # are *not* centred, so the means `m_k = Tr M_k/√d` are O(1) and move on the **fast** time t = nα (a boundary
 # layer of Θ(d) steps), while the overlaps move on the **slow** time τ = nα/d (the package time axis).
 #
-# * fast phase: `dm/dt = −(t^A(0) + t^B(0)) ∂Φ/∂m (m, q(0))`, moments frozen → m relaxes onto ∂Φ/∂m = 0;
+# * fast phase: `dm/dt = −(t^A(0) + t^B(0)) ∂Φ/∂m (m, q(0))`, moments frozen → m relaxes onto ∂Φ/∂m = 0, at the
+#   rate D = t^A + t^B = 2 for κ = σ = 1;
 # * slow phase: means slaved to the critical manifold, moment hierarchy in the alphabet {M, Mᵀ, A, B};
 # * weak recovery: `dq₁₂/dτ|₀ = −2 D₁(0) Q₂ g*₁₂` with `g*₁₂ = −E[σ'(Z₁)]E[σ*'(Z₂)]` at the fast-phase mean.
 #   For h2, `E[h2'(Z)] = √2·m`, so a zero teacher mean (the free-probability limit) gives no signal — the
@@ -67,6 +68,9 @@ def make(act):
     return {"name": f"fig3_untied_{act}", "model": {"tokens": 1, "activation": act},
             "indices": [ix("student", "student"), ix("teacher", "teacher")],
             "training": {"batch_size": B, "noise_ratio": EPS, "weight_decay": 0.0}, "theory": {"truncation": M}}
+
+
+nb.states("fast rate D = t^A + t^B", sum(fast_phase(make("linear"), time=1.0, points=2).rate.values()), "2", 1e-12)
 
 
 def sim_overlap(tab):

@@ -26,7 +26,8 @@
 #   extrapolate in 1/d; the limit's τ* comes from the matrix-level solver (ε = 0) and from the moment hierarchy
 #   with its O(ε(d)) terms.
 # * **Direct**: p₁₂ = 0 is invariant in the limit; SGD leaves it only through the O(d^{-1/2}) overlap of its
-#   random start with the teacher, which the flow amplifies, so τ* grows like log d. Theory: the closed direct
+#   random start with the teacher, which the flow amplifies — at the rate λ = 12(q₂₂ − q₁₁) = 6 of the closed
+#   system's linearisation (``symattn.recovery``) — so τ* grows like log d. Theory: the closed direct
 #   system (docs/theory.md §4) integrated from each seed's own sampled start (`init="sample"`), seed by seed.
 
 # %%
@@ -65,6 +66,10 @@ def make(d, kind):
                              "init_scale": 1.0}],
             "training": {"batch_size": B, "learning_rate": C_STEP / (d * np.log(d))},
             "theory": {"truncation": 8 if kind == "tied" else 2}}
+
+
+nb.states("growth rate λ of the direct overlap at the uninformative start",
+          symattn.recovery(make(100, "direct"))["student"].instability, "6", 1e-9)
 
 
 def crossing(t, y, thr=THRESH):

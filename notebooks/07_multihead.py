@@ -62,6 +62,7 @@ spec = {"name": "two_head_softmax_L2", "model": {"tokens": 2, "activation": "sof
 t0 = time.time()
 P = symattn.potential(spec)
 print(f"Φ: {len(P.quad_terms)} quadrature terms over {P.names}  [{time.time() - t0:.1f} s]")
+nb.states("quadrature terms of Φ", len(P.quad_terms), "20", 0)
 systems = {}
 for M in Ms:
     t0 = time.time()

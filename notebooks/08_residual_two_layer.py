@@ -57,6 +57,7 @@ t0 = time.time()
 u, u1 = unroll(spec), unroll(one)
 lim = GaussianLimit(u, points=2**12 if QUICK else 2**14, replicas=4)
 lim1 = GaussianLimit(u1, points=2**12 if QUICK else 2**14, replicas=4)
+nb.states("Gaussian pre-activations of the two-layer limit", len(u.g_symbols), "32", 0)
 print(f"two-layer words: {[u.words.name(w) for w in u.words.words]}; {len(lim.names)} order parameters; "
       f"one-layer words: {[u1.words.name(w) for w in u1.words.words]}  [{time.time() - t0:.1f} s]")
 

@@ -65,6 +65,7 @@ def escape(t, p):
     return float(t[0]) if i == 0 else float(np.interp(THRESH, [p[i - 1], p[i]], [t[i - 1], t[i]]))
 
 
+nb.states("Tr Σ/d of the power law a = 0.2 at d = 100", spec_for(0.2).features.eigenvalues(100).mean(), "1", 1e-9)
 theory, sgd = {}, {}
 for a in EXPONENTS:
     spec = spec_for(a)

@@ -15,21 +15,35 @@ import signal
 import sys
 
 from .errors import NumericalFailure, SymattnError, UsageError
+from .files import WRITTEN
 
 EXIT_INPUT, EXIT_NUMERICAL, EXIT_INTERNAL = 2, 3, 1
-_WRITTEN: list = []          # files written by this command (for the interrupt message)
-
+_WRITTEN = WRITTEN                  # files written by this command (files.atomic_write; the interrupt message)
 
 # ---------------------------------------------------------------------------- option checks
+# upper limits of options (docs/interface.md, "Limits"): beyond them a run would take days or all memory
+# without saying so; it is refused up front, naming the option
+LIMITS = {"--time": 1e4, "--points": 100_000, "--seeds": 10_000, "--realisations": 1024, "--rotations": 1024,
+          "--size": 16_384, "--jobs": 4096, "--workers": 4096, "--seed": 2**32 - 1, "--seed0": 2**32 - 1,
+          "--dim": 1_000_000, "--tol": 1e-1}
+MIN_TOL = 1e-14            # below double-precision round-off a quadrature tolerance cannot be met
+
+
 def _finite_positive(name, value):
     if value is not None and not (math.isfinite(value) and value > 0):
         raise UsageError(f"{name} {value}: must be a finite number > 0")
+    if value is not None and name in LIMITS and value > LIMITS[name]:
+        raise UsageError(f"{name} {value:g}: at most {LIMITS[name]:g} (docs/interface.md, Limits)")
+    if name == "--tol" and value is not None and value < MIN_TOL:
+        raise UsageError(f"--tol {value:g}: at least {MIN_TOL:g} (double-precision round-off)")
     return value
 
 
 def _whole(name, value, low):
     if value is not None and value < low:
         raise UsageError(f"{name} {value}: must be a whole number >= {low}")
+    if value is not None and name in LIMITS and value > LIMITS[name]:
+        raise UsageError(f"{name} {value}: at most {LIMITS[name]:g} (docs/interface.md, Limits)")
     return value
 
 
@@ -90,7 +104,6 @@ def _write_table(table, out, digits=10, header=""):
     if out:
         from .files import atomic_write
         atomic_write(out, text)
-        _WRITTEN.append(out)
         print(f"wrote {out}", file=sys.stderr)
     else:
         sys.stdout.write(text)
@@ -218,7 +231,7 @@ def cmd_derive(args):
     M = _truncation(args, spec)
     require_moments(spec, M)
     if args.equations:
-        if args.out:
+        if args.out is not None:
             raise UsageError("--out: not with --equations (the equations go to stdout; redirect them to a file)")
         t0 = time.perf_counter()
         system = derive(spec, M)
@@ -227,13 +240,12 @@ def cmd_derive(args):
         note(f"{system.spec.name}, M = {system.truncation}: {system.size} moments, {len(system.terms)} terms "
              f"({time.perf_counter() - t0:.2f} s)")
         return
-    out = check_output_file(args.out or default_path(spec, M), "--out")
+    out = check_output_file(default_path(spec, M) if args.out is None else args.out, "--out")
     t0 = time.perf_counter()
     system = derive(spec, M)
     t1 = time.perf_counter()
     stored = " (read from the store of derived systems)" if getattr(system, "_source", None) is not None else ""
     path = write_module(source(system), out)
-    _WRITTEN.append(path)
     t2 = time.perf_counter()
     compiled(system)
     t3 = time.perf_counter()
@@ -265,7 +277,7 @@ def _theory_checks(args):
     _whole("--dim", args.dim, 1)
     if args.init == "sample" and args.dim is None:
         raise UsageError("--init sample: needs --dim D (the dimension of the sampled matrices)")
-    if args.out:
+    if args.out is not None:
         from .files import check_output_file
         check_output_file(args.out, "--out")
 
@@ -384,7 +396,7 @@ def cmd_simulate(args):
     _whole("--workers", args.workers, 1)
     _finite_positive("--time", args.time)
     _whole("--points", args.points, 2)
-    if args.out:
+    if args.out is not None:
         from .files import check_output_file
         check_output_file(args.out, "--out")
     elif args.partial:
@@ -495,7 +507,6 @@ def cmd_collect(args):
     from .sweep import collect
     check_output_file(args.out, "--out")
     table = collect(args.folder, args.out, per_seed=args.per_seed)
-    _WRITTEN.append(args.out)
     print(f"wrote {args.out} ({len(next(iter(table.values())))} rows)")
 
 
@@ -775,20 +786,66 @@ def main(argv=None):
     _WRITTEN.clear()
     shown = warnings.showwarning
     warnings.showwarning = _one_line_warning
-    from .files import PENDING_SIGNALS, raise_pending_signal
+    from .files import INPUTS, PENDING_SIGNALS, raise_pending_signal
     PENDING_SIGNALS.clear()
+    INPUTS.clear()
     main_thread = _main_thread()
     old_term = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
     old_int = signal.signal(signal.SIGINT, _on_sigint) if main_thread else None
+    old_hook = sys.unraisablehook
+    sys.unraisablehook = _unraisable
     try:
         args.func(args)
         raise_pending_signal()           # an interrupt swallowed by a finaliser still ends the run as one
     except KeyboardInterrupt as exc:
         if args.debug:
             raise
-        what = "written: " + ", ".join(map(str, _WRITTEN)) if _WRITTEN else "no output file was written"
-        name = "terminated" if isinstance(exc, _Terminated) else "interrupted"
-        return _fail(f"{name}; {what}", 143 if isinstance(exc, _Terminated) else 130)
+        return _interrupted(exc)
+    except Exception as exc:
+        if PENDING_SIGNALS or _caused_by_interrupt(exc):     # e.g. SystemError: a C extension met the signal
+            if args.debug:
+                raise
+            return _interrupted(PENDING_SIGNALS[0]() if PENDING_SIGNALS else KeyboardInterrupt())
+        return _failure(exc, args)
+    finally:
+        warnings.showwarning = shown
+        sys.unraisablehook = old_hook
+        if old_term is not None:
+            signal.signal(signal.SIGTERM, old_term)
+        if old_int is not None:
+            signal.signal(signal.SIGINT, old_int)
+    return 0
+
+
+def _interrupted(exc) -> int:
+    """Exit 130 (Ctrl-C) or 143 (SIGTERM) with one line saying what was written (``files.WRITTEN``)."""
+    what = "written: " + ", ".join(map(str, _WRITTEN)) if _WRITTEN else "no output file was written"
+    name = "terminated" if isinstance(exc, _Terminated) else "interrupted"
+    return _fail(f"{name}; {what}", 143 if isinstance(exc, _Terminated) else 130)
+
+
+def _caused_by_interrupt(exc) -> bool:
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _unraisable(info):
+    """An interrupt raised inside a finaliser (``__del__``, e.g. of a Numba object) is already recorded by the
+    signal handler (``files.PENDING_SIGNALS``): no traceback; anything else as Python would show it."""
+    if isinstance(info.exc_value, KeyboardInterrupt):
+        return
+    sys.__unraisablehook__(info)
+
+
+def _failure(exc, args) -> int:
+    """The exit status and one line of a failure that is not an interrupt (module docstring)."""
+    try:
+        raise exc
     except NumericalFailure as exc:
         if args.debug:
             raise
@@ -813,19 +870,13 @@ def main(argv=None):
         if args.debug:
             raise
         where = f" {exc.filename}" if getattr(exc, "filename", None) else ""
-        return _fail(f"error: cannot access{where}: {exc.strerror or _one_line(exc)}", EXIT_INPUT)
+        done = f" (written before it: {', '.join(map(str, _WRITTEN))})" if _WRITTEN else ""
+        return _fail(f"error: cannot access{where}: {exc.strerror or _one_line(exc)}{done}", EXIT_INPUT)
     except Exception as exc:                                    # a bug: still one line
         if args.debug:
             raise
         return _fail(f"internal error ({type(exc).__name__}: {_one_line(exc)[:200]}); "
                      f"rerun with --debug for the traceback", EXIT_INTERNAL)
-    finally:
-        warnings.showwarning = shown
-        if old_term is not None:
-            signal.signal(signal.SIGTERM, old_term)
-        if old_int is not None:
-            signal.signal(signal.SIGINT, old_int)
-    return 0
 
 
 def _one_line_warning(message, category, filename, lineno, file=None, line=None):

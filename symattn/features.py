@@ -172,24 +172,40 @@ def parse_features(src: str, raw, base: Path | None = None) -> FeatureCovariance
     return FeatureCovariance(law, tuple(sorted(params.items())))
 
 
+def _is_number(word: str) -> bool:
+    try:
+        float(word)
+    except ValueError:
+        return False
+    return True
+
+
 def _from_file(src, key, path, base):
     if not isinstance(path, str) or not path:
         raise SpecError(f"{src}: {key}.path: expected a file name, got {path!r}")
     p = Path(path)
     if not p.is_absolute() and base is not None:
         p = base / p
+    from .files import read_input
+    try:
+        data = read_input(p, 50_000_000, "feature covariance's eigenvalues")
+    except OSError as exc:
+        raise SpecError(f"{src}: {key}.path: {path}: cannot read file ({exc.strerror or exc})") from None
+    except ValueError as exc:
+        raise SpecError(f"{src}: {key}.path: {path}: {exc}") from None
     try:
         if p.suffix == ".npy":
-            v = np.load(p, allow_pickle=False)
+            import io
+            v = np.load(io.BytesIO(data), allow_pickle=False)
         else:
-            text = p.read_text()
-            if len(text) > 50_000_000:
-                raise SpecError(f"{src}: {key}.path: {path}: file too large")
-            v = np.array(text.split(), dtype=float)
-    except SpecError:
-        raise
-    except (OSError, ValueError) as exc:
-        raise SpecError(f"{src}: {key}.path: {path}: cannot read eigenvalues ({exc})") from None
+            words = data.decode("utf-8").split()
+            bad = next((i for i, w in enumerate(words) if not _is_number(w)), None)
+            if bad is not None:       # the file's own text is not echoed (it may be anything, e.g. the environment)
+                raise ValueError(f"entry {bad + 1} is not a number")
+            v = np.array(words, dtype=float)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise SpecError(f"{src}: {key}.path: {path}: cannot read eigenvalues ({type(exc).__name__ if isinstance(exc, UnicodeDecodeError) else exc}; "
+                        f"expected whitespace-separated numbers or a .npy array)") from None
     v = np.asarray(v, dtype=float).ravel()
     if v.size == 0 or not np.all(np.isfinite(v)) or np.any(v < 0) or not np.any(v > 0):
         raise SpecError(f"{src}: {key}.path: {path}: expected non-negative finite eigenvalues, not all zero")

@@ -126,6 +126,9 @@ def solve(system, y0, time: float, points: int, epsilon: float = 0.0, rtol=None,
     reached = [0.0]                        # the furthest time the solver evaluated (where a failed step stopped)
 
     def rhs(t, y, p):
+        if not np.isfinite(t):
+            raise NumericalFailure(f"integration of the M={system.truncation} system failed after time "
+                                   f"{reached[0]:.6g}: the step size is not finite (the vector field overflows)", reached[0])
         reached[0] = max(reached[0], t)
         bar.update(int(1000 * t / time) if time > 0 else 0)
         if sched.constant:

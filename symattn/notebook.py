@@ -39,6 +39,15 @@ class Notebook:
         print("saved figures/" + path.name)
         return path
 
+    def states(self, label: str, value: float, stated: str, tol: float) -> None:
+        """Check a number the notebook's text states (``stated``, as written in its Markdown) against the value the
+        notebook computes: prints ``states: <label> = <value> (text: <stated>)`` and raises AssertionError beyond
+        ``tol`` (tests/test_notebooks.py reads these lines and finds ``stated`` in the notebook's Markdown)."""
+        ok = abs(float(value) - float(stated)) <= tol
+        print(f"states: {label} = {float(value):.6g} (text: {stated}){'' if ok else '  MISMATCH'}")
+        if not ok:
+            raise AssertionError(f"{label}: the notebook computes {value!r}, its text states {stated} (±{tol:g})")
+
     def footer(self) -> None:
         print(f"notebook run time: {time.time() - self._t0:.1f} s (QUICK={QUICK})")
 

@@ -54,6 +54,9 @@ class Progress:
                             leave=False, mininterval=0.5, delay=1.0, dynamic_ncols=True)
 
     def update(self, done: int) -> None:
+        from .files import PENDING_SIGNALS, raise_pending_signal
+        if PENDING_SIGNALS:                     # an interrupt swallowed by a C extension or a finaliser: stop here
+            raise_pending_signal()
         if not self.enabled:
             return
         done = min(int(done), self.total)

@@ -175,7 +175,9 @@ def _fail(src, key, msg):
 
 def _number(src, key, value, *, low=None, strict=False, integer=False, high=None):
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        _fail(src, key, f"expected a {'whole number' if integer else 'number'}, got {value!r}")
+        _fail(src, key, f"expected a {'whole number' if integer else 'number'}, got {_short(repr(value))}")
+    if isinstance(value, int) and abs(value) > 10**300:                 # beyond any float: one line, not a crash
+        _fail(src, key, f"a whole number of {len(str(abs(value)))} digits is out of range")
     if integer and not float(value).is_integer():
         _fail(src, key, f"expected a whole number, got {value!r}")
     if not math.isfinite(value):
@@ -212,14 +214,45 @@ def activation_expr(name: str, beta: float = 1.0):
 
 
 def _finite_at(expr, points) -> str | None:
-    """The first point (as text) where ``expr`` is not a finite real number, else None."""
+    """The first point (as text) where ``expr`` is not a finite real number, else None. Evaluated in floating
+    point (``lambdify``): a value beyond double precision (exp nested six deep) counts as not finite — no arbitrary
+    precision evaluation that could run without end; SymPy's own evaluation only where NumPy has no printer."""
+    syms = sorted(expr.free_symbols, key=lambda s: s.name)
+    try:
+        with np.errstate(all="ignore"):
+            f = sp.lambdify(syms, expr, modules="numpy")
+    except Exception:
+        f = None
     for sub in points:
-        try:
-            v = complex(expr.xreplace(sub).evalf(15))
-        except (TypeError, ValueError, ZeroDivisionError, OverflowError):
-            return ", ".join(f"{k}={float(x):g}" for k, x in sub.items())
+        where = ", ".join(f"{k}={float(x):g}" for k, x in sub.items())
+        if f is not None:
+            try:
+                with np.errstate(all="ignore"):
+                    v = complex(f(*[float(sub.get(s, 0.0)) for s in syms]))
+            except (TypeError, ValueError, ZeroDivisionError, OverflowError, AttributeError, NameError):
+                return where
+        else:
+            try:
+                v = complex(expr.xreplace(sub).evalf(15))
+            except (TypeError, ValueError, ZeroDivisionError, OverflowError):
+                return where
         if abs(v.imag) > 1e-12 * max(1.0, abs(v.real)) or not math.isfinite(v.real):
-            return ", ".join(f"{k}={float(x):g}" for k, x in sub.items())
+            return where
+    return None
+
+
+def _not_real_on(expr) -> str | None:
+    """An interval of the real line where the activation is not a real number (SymPy's continuous domain: a
+    branch point beyond the check grid, as in sqrt(36.0001 − z²)), else None; isolated points are the grid's."""
+    if sp.count_ops(expr) > 200:
+        return None
+    try:
+        from sympy.calculus.util import continuous_domain
+        missing = sp.Complement(sp.S.Reals, continuous_domain(expr, Z, sp.S.Reals))
+        if missing.measure > 0:
+            return str(missing)
+    except Exception:                 # SymPy cannot tell: the grid and the quadrature's own checks decide
+        return None
     return None
 
 
@@ -239,8 +272,12 @@ def _check_activation(src, value):
         _fail(src, "model.activation", str(exc))
     bad = _finite_at(expr, [{Z: sp.Float(v)} for v in (0.0, -0.5, 0.5, -1.0, 1.0, -2.5, 2.5, -6.0, 6.0)])
     if bad is not None:
-        _fail(src, "model.activation", f"{value!r} is not a finite real number at {bad}; the activation "
+        _fail(src, "model.activation", f"{_short(repr(value))} is not a finite real number in double precision at {bad}; the activation "
                                        f"must be finite for every real z")
+    gap = _not_real_on(expr)
+    if gap is not None:
+        _fail(src, "model.activation", f"{_short(repr(value))} is not a real number for z in {_short(gap)}; the "
+                                       f"activation must be real for every real z")
     return value
 
 
@@ -416,12 +453,13 @@ def read_raw(source) -> tuple:
         from .examples import example_path
         shipped = example_path(src)
         source = shipped if shipped is not None else source
+    from .files import read_input
     try:
-        data = Path(source).read_bytes()
+        data = read_input(source, 1_000_000, "spec")
     except OSError as exc:
         raise SpecError(f"{src}: cannot read file ({exc.strerror or exc})") from None
-    if len(data) > 1_000_000:
-        raise SpecError(f"{src}: file too large for a spec ({len(data)} bytes)")
+    except ValueError as exc:
+        raise SpecError(f"{src}: {exc}") from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:

@@ -101,6 +101,7 @@ __all__ = [
 ]
 
 _BLOWUP = 1e12          # |q| beyond this is a divergence
+MIN_STEP = 1e-14        # a step below this (relative to the horizon) cannot advance the time: a numerical failure
 _CHEAP_BOUND = 1e3      # entries below this/N keep every order parameter below _BLOWUP: the largest is
                         # quartic in a factor's entries, Tr((WWᵀ)²)/N ≤ N (N·(1e3/N)²)² = 1e12/N
 
@@ -488,6 +489,16 @@ def _start(spec, P, N, seeds, init, odd=()):
     return flow
 
 
+def _finite_start(flow, t, y) -> None:
+    """NumericalFailure(t) unless the vector field is finite at the start (an adaptive integrator sizes its first
+    step from it: a NaN there is a NaN step, which no step-size control ever leaves)."""
+    with np.errstate(all="ignore"):
+        k = flow.rhs(t, y)
+    if not np.all(np.isfinite(k)):
+        raise NumericalFailure(f"spectral flow: the vector field is not finite at the start (time {t:.6g}): Φ's "
+                               f"gradient overflows at the initial order parameters", t)
+
+
 def _integrate(spec, P, N, seeds, times, method, rtol, atol, spectra=True, init="free", odd=()):
     """The deterministic flow of the realisations ``seeds`` as one batch (scipy's ``method``):
     (column → (R, points) array, ``time`` → (points,); realisation 0's spectra; evaluations of one
@@ -508,6 +519,7 @@ def _integrate(spec, P, N, seeds, times, method, rtol, atol, spectra=True, init=
     record(y0, float(times[0]))
     T = float(times[-1])
     if T > times[0]:
+        _finite_start(flow, float(times[0]), y0)
         from scipy import integrate
         solver_cls = {"RK45": integrate.RK45, "DOP853": integrate.DOP853, "RK23": integrate.RK23}[method]
         solver = solver_cls(flow.rhs, float(times[0]), y0, T, rtol=rtol, atol=atol)
@@ -516,6 +528,9 @@ def _integrate(spec, P, N, seeds, times, method, rtol, atol, spectra=True, init=
             msg = solver.step()
             if msg is not None or solver.status == "failed":
                 raise NumericalFailure(f"spectral flow: integrator failed at time {solver.t:.6g} ({msg})", solver.t)
+            if not (solver.step_size or 0.0) >= MIN_STEP * max(1.0, T) and solver.status != "finished":
+                raise NumericalFailure(f"spectral flow: the step is {solver.step_size:.2g} at time {solver.t:.6g}: the "
+                                       f"flow is too fast to integrate (Φ's gradient too large, or a blow-up)", solver.t)
             flow.check(solver.y, solver.t)                 # raises beyond _BLOWUP
             if nxt < len(times) and times[nxt] <= solver.t:
                 dense = solver.dense_output()
@@ -769,6 +784,7 @@ def _integrate_noisy(spec, P, nu, N, seeds, times, epsilon, rngs, dt_max, spectr
     pair = {"method": DRIFTS[0]}
     h_max = min(dt_max or np.inf, (T - t) / KNOTS) if T > t else np.inf
     steps, s = 0, t                           # s: the noise clock (≥ t; ahead only after a rejected step)
+    _finite_start(flow, t, y)
     k1 = flow.rhs(t, y)
     _, noise_cap = kick(y, 0.0, t)
     cap = min(noise_cap, SPLIT_STEP / max(rate_of(k1, y), 1e-300), h_max)
@@ -791,8 +807,9 @@ def _integrate_noisy(spec, P, nu, N, seeds, times, epsilon, rngs, dt_max, spectr
                 return y_new, e, h, method
             pair["method"] = DRIFTS[-1]                  # a rejection: the pair with the longer stability interval
             h *= 0.2 if not np.isfinite(e) else max(0.2, 0.9 * e ** (-1.0 / method.error_order))
-            if h < 1e-14 * max(1.0, t):
-                raise NumericalFailure(f"spectral flow: step size underflow at time {t:.6g}", t)
+            if not h >= MIN_STEP * max(1.0, t):                 # (NaN-safe: a NaN step is an underflow too)
+                raise NumericalFailure(f"spectral flow: step size underflow at time {t:.6g} (the vector field is "
+                                       f"not finite or too fast to follow there)", t)
 
     def interpolable(y1, t1):
         """Whether the knots interpolate the outputs a step to t1 passes over: the cubic through the last
@@ -810,8 +827,13 @@ def _integrate_noisy(spec, P, nu, N, seeds, times, epsilon, rngs, dt_max, spectr
         scale = np.maximum(np.max(np.abs(v), axis=0), 1e-3)
         return bool(np.all(np.abs(cubic - quad) <= PASS_TOL * scale))
 
+    floor = MIN_STEP * max(1.0, abs(T))
     while t < T - tiny:
         h_free = min(h, cap)
+        if not h_free >= floor:                 # a step that cannot move t (or NaN): the flow is too fast to follow
+            raise NumericalFailure(f"spectral flow: the step would be {h_free:.2g} at time {t:.6g} (the noise, the "
+                                   f"parameters' speed or the error control allow no more): the flow is too fast to "
+                                   f"integrate — Φ's gradient is too large or the state has left the stable range", t)
         h = min(h_free, T - t)
         to_out = next_out - t if next_out is not None else np.inf
         if to_out <= h and (land or h <= 2.0 * to_out):          # land on the output it reaches, unless that

@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import os
 import tomllib
 from pathlib import Path
@@ -38,17 +39,21 @@ from .files import atomic_write
 
 _GRID_KEYS = {"spec", "command", "time", "points", "grid", "executor", "log_time", "method", "exact_finite_d"}
 _EXECUTOR_NAMES = ("local", "slurm")
+MAX_TASKS = 100_000       # tasks of one grid refused beyond (docs/interface.md, "Limits")
 
 
 def load_grid(path) -> dict:
     """Read and check a grid file; returns {spec, command, time, points, grid, executor, root}."""
     path = Path(path)
+    from .files import read_input
     try:
-        raw = tomllib.loads(path.read_text())
+        raw = tomllib.loads(read_input(path, 1_000_000, "grid").decode("utf-8"))
     except OSError as exc:
         raise SpecError(f"{path}: cannot read file ({exc.strerror or exc})") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise SpecError(f"{path}: malformed TOML ({exc})") from None
+    except ValueError as exc:
+        raise SpecError(f"{path}: {exc}") from None
     unknown = sorted(set(raw) - _GRID_KEYS)
     if unknown:
         raise SpecError(f"{path}: {unknown[0]}: unknown key; allowed: {', '.join(sorted(_GRID_KEYS))}")
@@ -96,6 +101,10 @@ def expand(grid: dict) -> list:
     from .version import __version__
 
     keys = list(grid["grid"])
+    n = math.prod(len(grid["grid"][k]) for k in keys)
+    if n > MAX_TASKS:
+        raise SpecError(f"grid: {n} tasks (the product of its lists), at most {MAX_TASKS} (docs/interface.md, Limits); "
+                        f"split the sweep")
     tasks, specs = [], {}
     for values in itertools.product(*(grid["grid"][k] for k in keys)):
         point = dict(zip(keys, values))
@@ -172,6 +181,33 @@ def _run_one(args):
     return run_task(*args)
 
 
+def _worker_init():
+    """A pool worker leaves Ctrl-C to the sweep's own process, which cancels the pool (``_local``)."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _local(todo, out, n, bar) -> None:
+    """The tasks in a pool of n forked processes; an interrupt (or any failure) cancels the tasks not started,
+    stops the workers and leaves only complete task files (each task writes its files atomically, its JSON last)."""
+    import concurrent.futures as cf
+    import multiprocessing as mp
+    pool = cf.ProcessPoolExecutor(n, mp_context=mp.get_context("fork"), initializer=_worker_init)
+    try:
+        for i, _ in enumerate(pool.map(_run_one, [(t, out) for t in todo])):
+            bar.update(i + 1)
+    except BaseException:
+        procs = list((getattr(pool, "_processes", None) or {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.join(timeout=10)
+        raise
+    pool.shutdown(wait=True)
+
+
 def sweep(grid, out, executor: str | None = None, jobs: int | None = None, progress: bool = True) -> dict:
     """Run every task of a grid file (path) or loaded grid (dict) into folder ``out``.
 
@@ -194,17 +230,19 @@ def sweep(grid, out, executor: str | None = None, jobs: int | None = None, progr
         raise UsageError(f"jobs {jobs!r}: expected a whole number >= 1")
     bar = Progress(len(todo), "sweep", progress, unit="task")
     if name == "local" and todo:
-        import concurrent.futures as cf
-        import multiprocessing as mp
         n = min(jobs or os.cpu_count() or 1, len(todo))
-        if n == 1:
-            for i, t in enumerate(todo):
-                run_task(t, out)
-                bar.update(i + 1)
-        else:
-            with cf.ProcessPoolExecutor(n, mp_context=mp.get_context("fork")) as pool:
-                for i, _ in enumerate(pool.map(_run_one, [(t, out) for t in todo])):
+        try:
+            if n == 1:
+                for i, t in enumerate(todo):
+                    run_task(t, out)
                     bar.update(i + 1)
+            else:
+                _local(todo, out, n, bar)
+        except KeyboardInterrupt:
+            from .files import WRITTEN
+            done = sum(1 for t in tasks if (out / f"{t['id']}.json").exists())
+            WRITTEN.append(f"{done} of {len(tasks)} tasks complete in {out} (rerun the sweep to finish)")
+            raise
     elif todo:
         try:
             import submitit
@@ -213,6 +251,10 @@ def sweep(grid, out, executor: str | None = None, jobs: int | None = None, progr
                              "pip install 'symattn[cluster]'") from None
         opts = {k: v for k, v in grid["executor"].items() if k not in ("name", "cluster")}
         ex = submitit.AutoExecutor(folder=out / ".submitit", cluster=grid["executor"].get("cluster"))
+        if ex.cluster != "slurm" and grid["executor"].get("cluster") is None:
+            raise UsageError(f"--executor slurm: no SLURM on this machine (submitit found {ex.cluster!r}); run with "
+                             f"--executor local, or set executor.cluster = \"local\" in the grid for submitit's "
+                             f"local executor")
         if jobs is not None:
             opts.setdefault("slurm_array_parallelism", jobs)
         if ex.cluster != "slurm":
@@ -240,12 +282,16 @@ def collect(folder, out=None, per_seed: bool = False) -> dict:
         raise UsageError(f"collect {folder}: not a folder")
     tasks, failed = [], []
     for meta in sorted(p for p in folder.glob("*.json") if not p.name.startswith(".")):
-        task = json.loads(meta.read_text())
-        csv = folder / f"{task['id']}.csv"
-        if task.get("status") == "diverged":
-            failed.append(task)
-        elif csv.exists():
-            tasks.append((task, read_csv(csv)))
+        try:
+            task = json.loads(meta.read_text())
+            csv = folder / f"{task['id']}.csv"
+            if task.get("status") == "diverged":
+                failed.append(task)
+            elif csv.exists():
+                tasks.append((task, read_csv(csv)))
+        except (ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError) as exc:
+            raise UsageError(f"collect {folder}: {meta.name} (or its table) is not a complete task record "
+                             f"({type(exc).__name__}); remove it, or rerun the sweep, which redoes it") from None
     if not tasks and not failed:
         raise UsageError(f"collect {folder}: no completed task found")
     keys = sorted({k for t in [t for t, _ in tasks] + failed for k in t["settings"]})

@@ -9,6 +9,7 @@ outputs are never touched. A cell raising fails the test. A second test checks t
 from __future__ import annotations
 
 import importlib.util
+import re
 import time
 from pathlib import Path
 
@@ -55,4 +56,13 @@ def test_notebook_executes(name, tmp_path, monkeypatch):
     assert not errors, errors
     figs = list((tmp_path / "figures").glob(f"{name[:-3]}_*.png"))
     assert figs, f"{name} saved no figure"
+    # every notebook checks at least one number its text states (Notebook.states; a mismatch raises in the cell),
+    # and that number is written in its Markdown
+    printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs
+                      if o.output_type == "stream")
+    stated = re.findall(r"^states: .*\(text: ([^)]+)\)$", printed, flags=re.M)
+    assert stated, f"{name} checks no number its text states"
+    markdown = " ".join(c.source for c in nb.cells if c.cell_type == "markdown").replace("−", "-")
+    for number in stated:
+        assert re.search(rf"(?<![0-9.]){re.escape(number)}(?![0-9])", markdown), (name, number)
     print(f"{name}: {time.time() - t0:.1f} s")

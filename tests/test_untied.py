@@ -328,8 +328,9 @@ def _sim_vs_theory(dims, seeds, time=0.05, points=3):
     """SGD (h1 untied, ε = 0.002) against the M = 6 hierarchy started from each seed's own matrices, at two
     dimensions: the paired mean difference extrapolated linearly in 1/d vanishes within 4 standard errors of the
     intercept on every column whose change is at least 4 times that allowance (``tests/agreement.py``)."""
-    import symattn.simulation as S
     from agreement import check, paired_differences
+
+    import symattn.simulation as S
     spec = untied_spec(**SIM_SPEC)
     system = derive(spec)
     diffs, change = {}, {}

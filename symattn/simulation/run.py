@@ -105,6 +105,10 @@ def estimate(spec, dim: int) -> dict:
     return {"bytes": 8 * numbers, "flop_per_step": 2.0 * B * L * d * (cols + train)}
 
 
+MAX_STEPS = 1e9          # SGD steps per seed refused beyond (docs/interface.md, "Limits")
+MAX_FLOP = 1e17          # total floating-point work of one simulate call refused beyond
+
+
 # ---------------------------------------------------------------------------- one seed
 _JOB: dict = {}
 
@@ -273,7 +277,16 @@ def simulate(spec, dim, seeds=1, time=1.0, points=21, *, seed0=0, workers=None, 
         raise UsageError(f"dim {dim}: the simulation needs ~{est['bytes'] * workers / 2**30:.3g} GiB "
                          f"({workers} worker(s)), more than 80% of this machine's {mem / 2**30:.0f} GiB; "
                          f"use a smaller dim, training.batch_size or width")
-    n_total = int(round(time * dim / alpha))
+    steps_real = time * dim / alpha
+    if not steps_real <= MAX_STEPS:                         # learning_rate = 1e-300: 1e302 steps
+        which = "training.learning_rate" if spec.learning_rate is not None else "training.noise_ratio"
+        raise UsageError(f"time {time:g}: needs {steps_real:.3g} SGD steps per seed at α = {alpha:.3g} (at most "
+                         f"{MAX_STEPS:.0e}, docs/interface.md); use a shorter time or a larger {which}")
+    if seeds * steps_real * est["flop_per_step"] > MAX_FLOP:
+        raise UsageError(f"seeds {seeds}: {seeds} × {steps_real:.3g} steps of ~{est['flop_per_step']:.2g} FLOP is "
+                         f"~{seeds * steps_real * est['flop_per_step']:.2g} FLOP, beyond the limit of {MAX_FLOP:.0e} "
+                         f"(days on a workstation; docs/interface.md); use fewer seeds, a smaller dim or time")
+    n_total = int(round(steps_real))
     if time > 0 and n_total == 0:
         raise UsageError(f"time {time:g}: shorter than one SGD step (one step is nα/d = {alpha / dim:.3g}); "
                          f"use a longer time or a smaller step")

@@ -103,10 +103,26 @@ def _jumps_along(D, v, others, rng) -> bool:
                 try:
                     val = complex(sp.N(c.xreplace(at), 15))
                 except (TypeError, ValueError):
-                    return True
-                if not np.isfinite(val.real) or abs(val) > 1e-9:
+                    val = complex(np.nan)
+                if not np.isfinite(val.real):       # 0·∞ on the hyperplane (|a|^½: a/√|a|): its limits decide
+                    val = _two_sided_limit(coef.xreplace(at), v, root)
+                if val is None or abs(val) > 1e-9:
                     return True
     return False
+
+
+def _two_sided_limit(expr, v, root):
+    """The common limit of ``expr`` as v → root from both sides (a complex number), or None."""
+    out = []
+    for side in ("+", "-"):
+        try:
+            lim = sp.limit(expr, v, root, side)
+            out.append(complex(sp.N(lim, 15)))
+        except (TypeError, ValueError, NotImplementedError):
+            return None
+    if not all(np.isfinite(x.real) and np.isfinite(x.imag) for x in out) or abs(out[0] - out[1]) > 1e-9:
+        return None
+    return out[0]
 
 
 @cache

@@ -43,6 +43,7 @@ _BINOPS = {
     ast.Div: lambda a, b: a / b, ast.Pow: None, ast.BitXor: None,
 }
 _COMPARE = {ast.Lt: sp.Lt, ast.LtE: sp.Le, ast.Gt: sp.Gt, ast.GtE: sp.Ge}
+_CHAINS = {ast.Add: "sum", ast.Sub: "sum", ast.Mult: "product", ast.Div: "product"}
 
 
 class ExpressionError(ValueError):
@@ -68,6 +69,10 @@ def parse_expression(text: str, symbols: dict) -> sp.Expr:
         raise ExpressionError("the expression must be a number-valued formula")
     if expr.has(sp.zoo, sp.nan, sp.oo, -sp.oo):
         raise ExpressionError("the expression is not finite (it contains a division by zero or an infinity)")
+    for node in sp.preorder_traversal(expr):           # powers combined by SymPy: (z**16)**16 is z**256
+        if isinstance(node, sp.Pow) and node.exp.is_number and abs(float(node.exp)) > MAX_EXPONENT:
+            raise ExpressionError(f"the power {_short(sp.sstr(node))} has an exponent beyond {MAX_EXPONENT} "
+                                  f"(after combining nested powers)")
     return expr
 
 
@@ -107,6 +112,8 @@ class _Builder:
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
             x = self.build(node.operand, d)
             return -x if isinstance(node.op, ast.USub) else x
+        if isinstance(node, ast.BinOp) and type(node.op) in _CHAINS:
+            return self._chain(node, d)
         if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
             a, b = self.build(node.left, d), self.build(node.right, d)
             if isinstance(node.op, (ast.Pow, ast.BitXor)):
@@ -136,6 +143,19 @@ class _Builder:
         if isinstance(node, ast.Attribute):
             raise ExpressionError(f"attribute access .{node.attr} is not allowed")
         raise ExpressionError(f"{type(node).__name__} is not allowed in an expression")
+
+    def _chain(self, node, d):
+        """a + b − c + … (or a·b/c·…) as one level of nesting: Python parses a flat sum of n terms as a left-deep
+        tree of depth n, which is no nesting a reader sees."""
+        group = _CHAINS[type(node.op)]
+        ops = []
+        while isinstance(node, ast.BinOp) and _CHAINS.get(type(node.op)) == group:
+            ops.append((node.op, node.right))
+            node = node.left
+        out = self.build(node, d)
+        for op, right in reversed(ops):
+            out = _BINOPS[type(op)](out, self.build(right, d))
+        return out
 
     @staticmethod
     def _power(a, b):
