@@ -329,6 +329,13 @@ def cmd_theory(args):
         from .reference import fast_phase
         if not any(spec.indices[k].kind.fast_phase for k in spec.students):
             raise UsageError("--fast: the fast phase exists only for untied students (docs/theory.md §6)")
+        unused = [o for o, v in (("--method", args.method != "auto"), ("--truncation", args.truncation is not None),
+                                 ("--size", args.size is not None), ("--rotations", args.rotations is not None),
+                                 ("--realisations", args.realisations is not None), ("--log-time", args.log_time),
+                                 ("--noise", args.noise != "on")) if v]
+        if unused:
+            raise UsageError(f"{unused[0]}: not with --fast (the fast phase of the means has no method, size or "
+                             f"truncation: it integrates dm/dt = −D ∂Φ/∂m with the moments frozen)")
         result = fast_phase(spec, time=args.time, points=args.points, init=args.init, dim=args.dim, seed=args.seed)
         print("fast-phase fixed point: " + ", ".join(f"m_{k}* = {v:.6g}" for k, v in result.m_star.items()),
               file=sys.stderr)

@@ -102,6 +102,8 @@ __all__ = [
 
 _BLOWUP = 1e12          # |q| beyond this is a divergence
 MIN_STEP = 1e-14        # a step below this (relative to the horizon) cannot advance the time: a numerical failure
+FLOAT32_RANGE = (1e-8, 1e8)   # entries of the trained matrices in which the noisy flow's float32 products neither
+                              # underflow nor overflow (cubes of the entries stay within 1e±24); else float64
 _CHEAP_BOUND = 1e3      # entries below this/N keep every order parameter below _BLOWUP: the largest is
                         # quartic in a factor's entries, Tr((WWᵀ)²)/N ≤ N (N·(1e3/N)²)² = 1e12/N
 
@@ -412,10 +414,11 @@ class _Flow:
             self.m_warm = th[:, self.mean_pos]
         sched = self.spec.schedule
         wd = self.gamma_wd if sched.constant else self.gamma_wd * float(sched.gamma_factor(t))
-        if self.dtype != np.float64:     # per-realisation coefficients in the arrays' precision: NumPy's mixed
-            G = tuple(g.astype(self.dtype) for g in G)     # float32 ∘ float64 in-place path is 7× slower
-        ctx = _Context(mats, G, grams, wd, self.K, self.metric)
-        parts = [v.ravel() for k in self.train for v in self.spec.indices[k].kind.matrix_velocity(k, ctx)]
+        with np.errstate(over="ignore", invalid="ignore"):    # an overflow is a non-finite field: the steps see it
+            if self.dtype != np.float64:     # per-realisation coefficients in the arrays' precision: NumPy's mixed
+                G = tuple(g.astype(self.dtype) for g in G)     # float32 ∘ float64 in-place path is 7× slower
+            ctx = _Context(mats, G, grams, wd, self.K, self.metric)
+            parts = [v.ravel() for k in self.train for v in self.spec.indices[k].kind.matrix_velocity(k, ctx)]
         out = (parts[0] if len(parts) == 1 else np.concatenate(parts)).astype(self.dtype, copy=False)
         return out if sched.constant else float(sched(t)) * out      # docs/theory.md §3, "Schedules"
 
@@ -522,10 +525,14 @@ def _integrate(spec, P, N, seeds, times, method, rtol, atol, spectra=True, init=
         _finite_start(flow, float(times[0]), y0)
         from scipy import integrate
         solver_cls = {"RK45": integrate.RK45, "DOP853": integrate.DOP853, "RK23": integrate.RK23}[method]
-        solver = solver_cls(flow.rhs, float(times[0]), y0, T, rtol=rtol, atol=atol)
+        def quiet():                              # a trial step that overflows is rejected: no warning for it
+            return np.errstate(over="ignore", invalid="ignore")
+        with quiet():
+            solver = solver_cls(flow.rhs, float(times[0]), y0, T, rtol=rtol, atol=atol)
         nxt = 1
         while nxt < len(times):
-            msg = solver.step()
+            with quiet():
+                msg = solver.step()
             if msg is not None or solver.status == "failed":
                 raise NumericalFailure(f"spectral flow: integrator failed at time {solver.t:.6g} ({msg})", solver.t)
             if not (solver.step_size or 0.0) >= MIN_STEP * max(1.0, T) and solver.status != "finished":
@@ -730,7 +737,9 @@ def _integrate_noisy(spec, P, nu, N, seeds, times, epsilon, rngs, dt_max, spectr
     steps)."""
     land = spectra if land is None else land
     flow = _start(spec, P, N, seeds, init, odd)
-    flow.to_dtype(NOISY_DTYPE)
+    big = max((float(np.max(np.abs(p))) for k in flow.train for p in flow.mats[k].parts()), default=1.0)
+    if FLOAT32_RANGE[0] <= big <= FLOAT32_RANGE[1]:     # else products of the matrices under/overflow in float32
+        flow.to_dtype(NOISY_DTYPE)
     noise = _Noise(flow, nu, epsilon, rngs, signs)
     theta0 = flow.theta(flow.mats, 0.0)[0][0]
     for E in nu.values():                  # non-polynomial ν: quadrature order chosen at the start
