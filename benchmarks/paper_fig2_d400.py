@@ -1,8 +1,13 @@
 """The paper's Fig. 2 setting at its own d = 400: direct S vs tied S = WWᵀ from uninformative starts.
 
-L = 1, activations h1 (linear), h2, h3; B = 512, ε = 0.0039 (paper α = 0.005); student at the paper's
-standard initialisation σ = 1 (direct: GOE, t₁ = q₁₂ = 0; tied: κ = 1, p₁₂ = 0); teacher tied with
-unit-variance pre-activations (κ* = 0.5, σ* = (2/3)^{1/4}, Var G* = 2q₂₂ = 1; see docs/theory.md §3).
+L = 1, activations h1 (linear), h2, h3; B = 512, ε = 0.0039 (paper α = 0.005, the step on the batch-mean gradient:
+ε = αd/B); teacher tied with unit-variance pre-activations (κ* = 0.5, σ* = (2/3)^{1/4}, Var G* = 2q₂₂ = 1).
+Students at the paper's reading (docs/theory.md §8): the tied student at unit pre-activation variance, the remark
+after Cor. 3's q₁₁(0) = q₂₂ (κ = 1, σ = 2^{−½}: Var G(0) = 2σ⁴κ(1 + κ) = 1; ``--sigma 1`` is the stability boundary
+of the h3 panel, see the results page); the direct student from App. E's start, "centred i.i.d. entries of
+variance Θ(d⁻¹)": a non-symmetric S with i.i.d. N(0, 1/d) entries (``general``, σ = 1), whose symmetric part gives
+Var G(0) = Ω₁₁ + Ψ₁₁ = 1 (printed; ``--direct-kind direct`` runs the symmetric GOE start instead, Var G(0) = 2σ²).
+The plotted quantity is the unnormalised structural overlap p₁₂ = q₁₂ − t₁t₂ (direct: its seed mean of |p₁₂|).
 SGD per (activation, kind, seed) is run on its own (a diverging seed is recorded with the time at
 which it diverged, not dropped silently); theory: the closed direct system (docs/theory.md §4) and,
 for tied, the matrix-level limit (N = ``--size``, ε → 0). Each finished SGD run is saved under
@@ -29,12 +34,13 @@ ACTS = ("linear", "h2", "h3")
 KINDS = ("direct", "tied")
 
 
-def make(act, kind, eps, batch, sigma):
+def make(act, kind, eps, batch, sigma, direct_kind="general"):
     teacher = {"name": "teacher", "role": "teacher", "parameterization": "tied", "width": 0.5,
                "init_scale": (2 / 3) ** 0.25}
-    st = {"name": "student", "role": "student", "parameterization": kind, "init_scale": sigma}
     if kind == "tied":
-        st["width"] = 1.0
+        st = {"name": "student", "role": "student", "parameterization": "tied", "init_scale": sigma, "width": 1.0}
+    else:                                              # App. E: i.i.d. N(0, 1/d) entries (general, σ = 1)
+        st = {"name": "student", "role": "student", "parameterization": direct_kind, "init_scale": 1.0}
     return {"name": f"fig2_{kind}_{act}", "model": {"tokens": 1, "activation": act}, "indices": [st, teacher],
             "training": {"batch_size": batch, "noise_ratio": eps}, "theory": {"truncation": 2}}
 
@@ -67,11 +73,13 @@ def main():
     ap.add_argument("--points", type=int, default=26)
     ap.add_argument("--eps", type=float, default=0.0039)
     ap.add_argument("--batch", type=int, default=512)
-    ap.add_argument("--sigma", type=float, default=1.0)
+    ap.add_argument("--sigma", type=float, default=2 ** -0.5, help="tied student's init scale (default 2^-1/2)")
+    ap.add_argument("--direct-kind", choices=["general", "direct"], default="general")
     ap.add_argument("--size", type=int, default=400)
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--acts", nargs="+", default=list(ACTS))
     ap.add_argument("--out", default="fig2_d400")
+    ap.add_argument("--figure", default=None, help="also write the figure here (e.g. docs/figures/paper_fig2_d400.png)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -82,7 +90,13 @@ def main():
     summary, theory, sims = {}, {}, {}
     for act in args.acts:
         for kind in KINDS:
-            spec = make(act, kind, args.eps, args.batch, args.sigma)
+            spec = make(act, kind, args.eps, args.batch, args.sigma, args.direct_kind)
+            from symattn.initial import initial_order_parameters
+            th0 = initial_order_parameters(spec)
+            var0 = (th0["q1_student_student"] + th0["q2_student_student"] if "q1_student_student" in th0
+                    else 2 * th0["q_student_student"])
+            print(f"{act:6s} {kind:6s}: student Var G(0) = {var0:.6g}, teacher Var G* = "
+                  f"{2 * th0['q_teacher_teacher']:.6g}", flush=True)
             t0 = time.perf_counter()
             if kind == "direct":
                 th = integrate(derive(spec), time=args.time, points=201, epsilon=0.0).table
@@ -93,7 +107,7 @@ def main():
             runs = [run_sgd(spec, args.dim, s, args.time, args.points, out, args.dtype) for s in range(args.seeds)]
             sims[act, kind] = runs
             ok = [r for r in runs if np.isnan(r["diverged_at"])]
-            row = {"theory_s": t_th, "sgd_s": [float(r["wall_s"]) for r in runs],
+            row = {"var_g0": var0, "theory_s": t_th, "sgd_s": [float(r["wall_s"]) for r in runs],
                    "diverged_at": [None if np.isnan(r["diverged_at"]) else float(r["diverged_at"]) for r in runs]}
             if ok:
                 ts = ok[0]["time"]
@@ -121,14 +135,16 @@ def main():
                     ax.plot(r["time"], np.abs(r["p"]) if kind == "direct" else r["p"], "o", color=col, ms=3, alpha=0.6)
                 else:
                     ax.axvline(r["diverged_at"], color=col, ls=":", lw=1)
-        ax.set_title(f"{act}: p₁₂ = q₁₂ − t₁t₂ (direct: |p₁₂|)")
+        ax.set_title(f"{act}: unnormalised p₁₂ = q₁₂ − t₁t₂ (direct: seed mean of |p₁₂|)", fontsize=9)
         ax.set_xlabel("time τ = nα/d")
         ax.set_ylabel("p₁₂")
     np.atleast_1d(axes)[0].legend(fontsize=7)
     fig.suptitle(f"Fig. 2 setting: SGD d = {args.dim} (dots: {args.seeds} seeds; dotted line: a seed diverged), "
-                 f"B = {args.batch}, ε = {args.eps}, σ = {args.sigma}")
+                 f"B = {args.batch}, ε = {args.eps}; tied σ = {args.sigma:.4g}, direct: {args.direct_kind} (App. E start)")
     fig.tight_layout()
     fig.savefig(out / "fig2_d400.png", dpi=110)
+    if args.figure:
+        fig.savefig(args.figure, dpi=110)
 
 
 if __name__ == "__main__":
