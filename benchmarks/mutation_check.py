@@ -75,6 +75,17 @@ MUTANTS = [
 ]
 
 
+def _restore_on_signal(f, src):
+    """SIGTERM/SIGINT while a mutant is applied: restore the file first (a killed run must not leave a bug)."""
+    import signal
+
+    def handler(signum, frame):
+        f.write_text(src)
+        raise SystemExit(128 + signum)
+    for s in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, handler)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", type=int, nargs="*", help="mutant numbers (1-based) to run")
@@ -88,6 +99,7 @@ def main():
             print(f"{i:2d} stale ({what}): its text is not (once) in {path}", flush=True)
             stale += 1
             continue
+        _restore_on_signal(f, src)
         f.write_text(src.replace(old, new))
         t0 = time.time()
         try:

@@ -18,7 +18,10 @@
 # # 06 — Escape from the uninformative start against d: tied h2 (d-independent τ*) and direct h2 (log d)
 #
 # Tied or direct h2 student (tied: κ = 1, σ = 0.5; direct: GOE σ = 0.5) learning a tied teacher (κ* = 0.5,
-# σ* = 1), L = 1, batch B, at the largest admissible step `α = c/(d log d)` (paper §3.2), so ε = αd/B = c/(B log d).
+# σ* = 1), L = 1, batch B, at the batch step `α = c/(d log d)`, so ε = αd/B = c/(B log d). The paper's largest
+# admissible step (§3.2, Theorem 2) is per *sample*: α_d ≤ c₀/(d log d) for one-sample online SGD; a batch-mean step
+# of B samples is B such steps in its mean, so it may be up to α ≤ B c₀/(d log d) — here the per-sample step is
+# α/B = (c/B)/(d log d), i.e. c₀ = c/B.
 # The escape time τ* is the first time the overlap `p₁₂ = q₁₂ − t₁t₂` (direct: |p₁₂|) reaches a threshold.
 #
 # * **Tied**: the limit flow leaves p₁₂ = 0 at once (the t₁ term), so τ* has a d-independent limit and weak

@@ -200,6 +200,23 @@ def decoupled_teachers(spec, P, trials: int = 4) -> list:
     return cand
 
 
+# ============================================================================ BLAS threads
+SINGLE_THREAD_UP_TO = 1024   # N at or below which the flow runs its BLAS single-threaded (docs/results/theory_cost.md:
+                             # at N = 128 two OpenBLAS threads made the README example 2.6–7× slower beside a busy
+                             # process, and never paid below N = 1024 on an idle 2-core machine)
+
+
+def blas_threads(N: int):
+    """A threadpoolctl context limiting the BLAS to one thread for matrices of size N ≤ SINGLE_THREAD_UP_TO (small
+    products spin threads for nothing, and against any other load lose by factors), else a no-op; the
+    realisations and grid points run in parallel across processes instead."""
+    import contextlib
+    if N > SINGLE_THREAD_UP_TO:
+        return contextlib.nullcontext()
+    from threadpoolctl import threadpool_limits
+    return threadpool_limits(limits=1, user_api="blas")
+
+
 # ============================================================================ the flow
 class _Context:
     """What a kind's ``matrix_velocity`` reads: the matrices (a batch of R realisations,
@@ -1062,6 +1079,10 @@ def solve_spectral(spec, time: float = 1.0, points: int = 51, size: int = 1000, 
         the mean over the realisations of their path means, realisation 0's spectra, the evaluations, the
         noise information of realisation 0's paths, and the standard error over the realisations."""
         seeds = [seed + r for r in range(rotations) for _ in range(R)]
+        with blas_threads(n):
+            return _run(n, seeds, want_spectra)
+
+    def _run(n, seeds, want_spectra):
         if noisy:
             rngs, signs = [], []
             for r in range(rotations):

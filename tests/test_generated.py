@@ -66,6 +66,9 @@ def test_module_identity_is_the_model_structure(tmp_path, monkeypatch):
     assert source(a) == source(b)
     cache = tmp_path / "cache"
     monkeypatch.setenv("SYMATTN_CACHE", str(cache))
+    import sys
+    for name in [n for n in sys.modules if n.startswith("symattn_generated_")]:   # compiled earlier in this process:
+        monkeypatch.delitem(sys.modules, name)                                   # it must be written to this cache
     first, second = tmp_path / "a.toml", tmp_path / "b.toml"
     text = EXAMPLES["tied_h2_L1"].read_text()
     first.write_text(text)
