@@ -305,8 +305,10 @@ def test_compare_tied_h2_d100(tmp_path):
         assert dev <= tol, (col, dev, tol)
 
 
+@pytest.mark.slow
 def test_tied_h2_paired_gap_shrinks_with_d():
-    """Paired SGD − theory for tied h2 at d = 100 (4 seeds) and d = 200 (2 seeds), ε = 0.005,
+    """(Slow; the default run's paired finite-size checks: tests/test_readme.py, the agreement tests.)
+    Paired SGD − theory for tied h2 at d = 100 (4 seeds) and d = 200 (2 seeds), ε = 0.005,
     B = 64, horizon 0.05: within 4·sem + 1.5·c/d and the gap of tr, q_ss shrinks ≈ 1/d
     (measured ratio d200/d100: tr 0.51, q_ss 0.52; asserted < 0.75)."""
     spec = tied_h2_small()

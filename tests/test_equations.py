@@ -27,7 +27,7 @@ CASES = {
     "tied_h2_noise_decay": ("tied_h2_L1_small", {"training.weight_decay": 0.3, "training.noise_ratio": 0.02}, 4),
     "direct_h2": ("direct_h2_L1_small", {"training.weight_decay": 0.2}, 2),
     "general_softmax": ("general_softmax_L2", {}, 2),
-    "untied_h2_means": ("untied_h2_L1", {"training.weight_decay": 0.1, "training.noise_ratio": 0.01}, 3),
+    "untied_h2_means": ("untied_h2_L1", {"training.weight_decay": 0.1, "training.noise_ratio": 0.01}, 2),
     "tied_features": ("tied_h2_L1_small", {"model.feature_covariance": {"law": "two_level", "ratio": 3.0,
                                                                          "weight": 0.5}}, 3),
     "tied_softmax": ("tied_softmax_L2_small", {}, 3),
