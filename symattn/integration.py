@@ -42,6 +42,32 @@ class TheoryResult:
         return {"truncation": self.truncation, "epsilon": self.epsilon, "diverged_at": self.diverged_at,
                 "truncation_valid_until": self.valid_until, "truncation_gap_tol": self.gap_tol, **self.info}
 
+    def __repr__(self):
+        n = len(self.table.get("time", ()))
+        window = f", valid until τ = {self.valid_until:.4g}" if self.valid_until is not None else ""
+        stop = f", diverged at τ = {self.diverged_at:.4g}" if self.diverged_at is not None else ""
+        return f"<TheoryResult: moment hierarchy M = {self.truncation}, ε = {self.epsilon:g}, {n} rows{window}{stop}>"
+
+    def _repr_html_(self):
+        return table_html(self.table, repr(self)[1:-1])
+
+
+def table_html(table: dict, title: str, rows: int = 6) -> str:
+    """An HTML view of a result table for Jupyter: the title, then the first and last rows of the columns
+    (the ``_err`` columns folded into ``value ± err``)."""
+    cols = [c for c in table if not c.endswith("_err")]
+    n = len(table[cols[0]]) if cols else 0
+    idx = list(range(n)) if n <= rows else list(range(rows // 2)) + [None] + list(range(n - rows // 2, n))
+
+    def cell(c, i):
+        v = float(table[c][i])
+        e = table.get(c + "_err")
+        return f"{v:.6g}" + (f" ± {float(e[i]):.2g}" if e is not None else "")
+    head = "".join(f"<th>{c}</th>" for c in cols)
+    body = "".join("<tr>" + ("".join("<td>…</td>" for _ in cols) if i is None else
+                             "".join(f"<td>{cell(c, i)}</td>" for c in cols)) + "</tr>" for i in idx)
+    return f"<b>{title}</b><table><tr>{head}</tr>{body}</table>"
+
 
 def csv_text(table: dict, digits: int | None = 10) -> str:
     """The CSV text of a table (header of column names, one row per time), numbers with ``digits``

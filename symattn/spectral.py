@@ -971,6 +971,15 @@ class SpectralResult:
         write_csv(self.table, path, digits=None)
         return Path(path)
 
+    def __repr__(self):
+        n = len(self.table.get("time", ()))
+        return (f"<SpectralResult {self.spec_name}: matrix-level limit, N = {self.size}, "
+                f"{self.info.get('rotations', 1)} realisation(s), ε = {self.info.get('epsilon') or 0:g}, {n} rows>")
+
+    def _repr_html_(self):
+        from .integration import table_html
+        return table_html(self.table, repr(self)[1:-1])
+
     def spectra_to_csv(self, path, quantiles=None, full: bool = False):
         """Rows (time, index); columns ``q_0.01 … q_0.99`` (empirical quantiles of the N eigenvalues),
         or with ``full=True`` all sorted eigenvalues ``e_0 … e_{N−1}``. Written atomically."""

@@ -360,11 +360,16 @@ class Equations:
         ys = [names[n] for n in eqs]
         return sp.Matrix([[sp.diff(r, y) for y in ys] for r in eqs.values()])
 
-    def function(self, closed: bool = True, epsilon: float | None = None, gamma: float | None = None):
+    def function(self, closed: bool = True, epsilon: float | None = None, gamma: float | None = None, rows=None):
         """f(τ, y) → dy/dτ as a NumPy array over the whole state (``System.size``), lambdified from the
         equations (``closed``: the coefficients' closed forms or implemented functions); γ, ε, the label-noise
-        variance and β at the spec's values unless given."""
-        rows = self.rhs(closed)
+        variance and β at the spec's values unless given; ``rows``: only these state entries (the others 0; the
+        slaved means' rows need all the moments' rows)."""
+        if rows is None or any(r in self.system.mean_state.values() for r in rows):
+            rows = self.rhs(closed)
+        else:
+            every = self._moment_rhs(closed)
+            rows = self._scheduled([every[i] if i in set(rows) else sp.Integer(0) for i in range(len(every))])
         spec = self.spec
         if epsilon is None:
             epsilon = spec.noise_ratio if spec.noise_ratio is not None else 0.0

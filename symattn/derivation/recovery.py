@@ -156,7 +156,11 @@ def recovery(spec, truncation: int | None = None) -> dict:
     system = derive(spec, M)
     from .. import reference
     y0 = reference.initial(system, "free")
-    ydot = system.rhs_function(closed=True, epsilon=0.0)(0.0, y0)
+    needed = set()                                    # the state entries the overlap columns read
+    for k in spec.students:
+        col = next(c for c in system.columns if c.name == _overlap_column(system, k, _teacher(spec, k)))
+        needed |= {int(i) for a in col.args for i in (a if isinstance(a, tuple) else (a,)) if not isinstance(i, float)}
+    ydot = system._sympy.function(closed=True, epsilon=0.0, rows=sorted(needed))(0.0, y0)
     return {spec.names[k]: _analyse(system, k, _teacher(spec, k), y0, ydot) for k in spec.students}
 
 
@@ -247,6 +251,9 @@ def _verdict(signal, mechanism, velocity, overlap, lam, system) -> str:
     if lam is None:
         return out + ("; the flow's higher-order mechanism (finite-d fluctuations of the overlap, the fast phase's "
                       "O(d^{-1/2}) means) acts on longer scales: integrate it (symattn theory) or simulate")
+    if abs(lam) <= 1e-9:
+        return out + ("; the uninformative state is neutral to first order (λ = 0 at the start): the flow's higher "
+                      "orders decide whether a finite-d overlap grows")
     if lam > 0:
         return out + (f"; the uninformative state is linearly unstable (rate λ = {lam:.4g} at the start): a finite-d "
                       f"overlap δ grows like δ·e^(λτ), so SGD escapes after τ ≈ ln(1/δ)/λ, later at larger d")
