@@ -186,13 +186,8 @@ def _from_file(src, key, path, base):
     p = Path(path)
     if not p.is_absolute() and base is not None:
         p = base / p
-    from .files import read_input
-    try:
-        data = read_input(p, 50_000_000, "feature covariance's eigenvalues")
-    except OSError as exc:
-        raise SpecError(f"{src}: {key}.path: {path}: cannot read file ({exc.strerror or exc})") from None
-    except ValueError as exc:
-        raise SpecError(f"{src}: {key}.path: {path}: {exc}") from None
+    from .files import read_input_or_refuse
+    data = read_input_or_refuse(p, 50_000_000, "feature covariance's eigenvalues", f"{src}: {key}.path: {path}")
     try:
         if p.suffix == ".npy":
             import io

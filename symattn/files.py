@@ -57,6 +57,17 @@ def read_input(path, limit: int, what: str = "file") -> bytes:
     return data
 
 
+def read_input_or_refuse(path, limit: int, what: str, where: str) -> bytes:
+    """``read_input``, its failures as one SpecError line prefixed by ``where`` (the file and key to name)."""
+    from .errors import SpecError
+    try:
+        return read_input(path, limit, what)
+    except OSError as exc:
+        raise SpecError(f"{where}: cannot read file ({exc.strerror or exc})") from None
+    except ValueError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+
+
 def _kind(mode) -> str:
     for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe"), (stat.S_ISCHR, "a device"),
                        (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):

@@ -453,13 +453,8 @@ def read_raw(source) -> tuple:
         from .examples import example_path
         shipped = example_path(src)
         source = shipped if shipped is not None else source
-    from .files import read_input
-    try:
-        data = read_input(source, 1_000_000, "spec")
-    except OSError as exc:
-        raise SpecError(f"{src}: cannot read file ({exc.strerror or exc})") from None
-    except ValueError as exc:
-        raise SpecError(f"{src}: {exc}") from None
+    from .files import read_input_or_refuse
+    data = read_input_or_refuse(source, 1_000_000, "spec", src)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:

@@ -45,15 +45,12 @@ MAX_TASKS = 100_000       # tasks of one grid refused beyond (docs/interface.md,
 def load_grid(path) -> dict:
     """Read and check a grid file; returns {spec, command, time, points, grid, executor, root}."""
     path = Path(path)
-    from .files import read_input
+    from .files import read_input_or_refuse
+    data = read_input_or_refuse(path, 1_000_000, "grid", str(path))
     try:
-        raw = tomllib.loads(read_input(path, 1_000_000, "grid").decode("utf-8"))
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot read file ({exc.strerror or exc})") from None
+        raw = tomllib.loads(data.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise SpecError(f"{path}: malformed TOML ({exc})") from None
-    except ValueError as exc:
-        raise SpecError(f"{path}: {exc}") from None
     unknown = sorted(set(raw) - _GRID_KEYS)
     if unknown:
         raise SpecError(f"{path}: {unknown[0]}: unknown key; allowed: {', '.join(sorted(_GRID_KEYS))}")
