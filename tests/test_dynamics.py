@@ -281,12 +281,10 @@ def check_paired(res, dim, constants, label):
 
 
 def test_compare_tied_h2_d100(tmp_path):
-    """`compare` (free init, noise-corrected theory at ε = 0.005, M = 8) against SGD at d = 100,
-    4 seeds, B = 64, horizon 0.05 (inside the window: no truncation warning).
-
-    Free init: the seed-averaged initial state scatters by O(1/d); tolerance 4·sem + 1.5·c/d.
-    Measured: max dev tr 1.9e-3 (sem 9e-4), q_ss 2.8e-3 (sem 1.3e-3), q_st 5.5e-4 (sem 2.8e-4).
-    """
+    """`compare` (free init, noise-corrected theory at ε = 0.005, M = 8) against SGD at d = 100, 4 seeds, B = 64,
+    horizon 0.05 (inside the window: no truncation warning): its outputs and the theory it ran. The agreement
+    itself, with an allowance derived from the seeds' sampling error and two dimensions, is
+    ``test_hierarchy_follows_sgd_paired[tied_h2_L1_small]``."""
     from symattn.comparison import compare
     spec = tied_h2_small()
     with warnings.catch_warnings():
@@ -297,12 +295,7 @@ def test_compare_tied_h2_d100(tmp_path):
     assert summary["theory"]["diverged_at"] is None
     assert summary["theory"]["epsilon"] == pytest.approx(0.005)
     assert (tmp_path / "summary.json").exists() and (tmp_path / "theory.csv").exists()
-    sim = summary["simulation_table"]
-    for col, c in TIED_H2_C.items():
-        dev = summary["columns"][col]["max_abs_dev"]
-        tol = K_SEM * float(np.max(sim[col + "_sem"])) + C_MARGIN * c / 100
-        print(f"  compare d=100 {col}: dev {dev:.3g}, tol {tol:.3g}")
-        assert dev <= tol, (col, dev, tol)
+    assert set(TIED_H2_C) <= set(summary["columns"])
 
 
 @pytest.mark.slow
@@ -448,9 +441,13 @@ def test_no_truncation_writes_an_impossible_state(M, tmp_path):
     assert res_gap is not None
 
 
-@pytest.mark.parametrize("src,M,T", [("tied_h3_L1_small", 8, 0.05)])
-def test_hierarchy_follows_sgd_for_a_non_h2_activation(src, M, T):
-    """The truncated hierarchy (h3, M = 8, inside its window) against SGD, each seed paired with the hierarchy from
+@pytest.mark.parametrize("src,M,T,moving", [
+    ("tied_h3_L1_small", 8, 0.05, ("p_student_teacher", "loss")),
+    # h2 from a free start: p_st (the overlap of the odd part) barely moves by τ = 0.05; q_st does
+    ("tied_h2_L1_small", 8, 0.05, ("q_student_teacher", "loss")),
+])
+def test_hierarchy_follows_sgd_paired(src, M, T, moving):
+    """The truncated hierarchy (h3 and h2, M = 8, inside its window) against SGD, each seed paired with the hierarchy from
     its own matrices (with the O(ε) terms), at d = 50 and 100 with 4 seeds: the mean difference extrapolated in 1/d
     vanishes within 4 standard errors of the intercept on every column whose change is at least 4 times that
     allowance (``tests/agreement.py``)."""
@@ -469,4 +466,4 @@ def test_hierarchy_follows_sgd_for_a_non_h2_activation(src, M, T):
         change = {c: float(np.ptp(np.mean([r.table[c] for r in runs], axis=0))) for c in cols}
     report = check(diffs, change)
     print(report)
-    assert report["p_student_teacher"]["tested"]
+    assert all(report[c]["tested"] for c in moving), report      # the overlap that moves is among the tested
