@@ -30,7 +30,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np
 
-from symattn import reference as R
+from symattn.derivation import state as R
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "examples" / "tied_softmax_L2.toml"

@@ -29,9 +29,9 @@ import numpy as np
 import sympy as sp
 
 from symattn import load_spec, simulate
-from symattn import reference as R
 from symattn.codegen.systems import compiled, source
 from symattn.derivation import derive
+from symattn.derivation import state as R
 from symattn.integration import integrate
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

@@ -18,7 +18,6 @@ import os
 import subprocess
 import sys
 import time
-from types import SimpleNamespace
 
 import numpy as np
 
@@ -43,23 +42,16 @@ def symattn(*args):
     return [sys.executable, "-m", "symattn", *args, "--quiet"]
 
 
-def theory_args(time_, quick=False):
-    return SimpleNamespace(noise="on", dim=None, init="free", size=None, time=time_, points=51, seed=0,
-                           no_error_estimate=False, realisations=None, rotations=None, spectra=None,
-                           spectra_full=False, spectra_plot=None, quick=quick)
-
-
 def in_process(path, T, quick=False, seeds=5) -> float:
-    """Median wall time of the warm in-process theory over base seeds 0 … seeds − 1: the number of steps a
-    noise path takes depends on its draws (README example: 11–14 at N = 128)."""
-    from symattn.spectral import run_spectral_from_args
-    run_spectral_from_args(path, theory_args(T, quick))
+    """Median wall time of the warm in-process theory (``symattn.theory``, what the command runs) over base seeds
+    0 … seeds − 1: the number of steps a noise path takes depends on its draws (README example: 11–14 at N = 128)."""
+    from symattn import theory
+    quick = quick or None
+    theory(path, time=T, quick=quick)
     walls = []
     for seed in range(seeds):
-        args = theory_args(T, quick)
-        args.seed = seed
         t = time.perf_counter()
-        run_spectral_from_args(path, args)
+        theory(path, time=T, quick=quick, seed=seed)
         walls.append(time.perf_counter() - t)
     return float(np.median(walls))
 

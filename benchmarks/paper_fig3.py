@@ -62,7 +62,7 @@ def _save(path: Path, rec: dict) -> None:
 
 def run_free(out: Path, T: float, points: int) -> None:
     from symattn import load_spec
-    from symattn.reference import fast_phase
+    from symattn.derivation.state import fast_phase
     from symattn.spectral import solve_spectral
     for act in ("h1", "h2", "h3"):
         path = out / f"free_{act}.json"

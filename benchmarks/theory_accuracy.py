@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from symattn.method import DEFAULT_ROTATIONS, DEFAULT_SIZE, QUICK_SIZE
+from symattn.methods import DEFAULT_ROTATIONS, DEFAULT_SIZE, QUICK_SIZE
 from symattn.spec import load_spec
 from symattn.spectral import solve_spectral
 

@@ -211,9 +211,10 @@ with warnings.catch_warnings():
     th6s, info6s = sampled_theory(sys6)
     th0s, _ = sampled_theory(sys6, epsilon=0.0, check_truncation=False)
 # beyond the window: the all-time spectral solver of the same d → ∞ flow (ε = 0, free start)
-from symattn.spectral import solve_spectral
+from symattn import theory
 
-thsp = solve_spectral(spec, time=T, points=31, size=100 if QUICK else 400, error_estimate=False)
+thsp = theory(spec, "spectral", time=T, points=31, size=100 if QUICK else 400, rotations=1, error_estimate=False,
+              noise=False)
 print("free start, M=4: valid_until", th4.valid_until, "diverged_at", th4.diverged_at)
 print("free start, M=6: valid_until", th6.valid_until, "diverged_at", th6.diverged_at)
 print("sampled start (seed 0), M=6: valid_until", info6s.valid_until)

@@ -34,8 +34,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import symattn
-from symattn import reference as R
 from symattn.derivation import derive
+from symattn.derivation import state as R
 from symattn.notebook import QUICK, Notebook, reading
 
 # %matplotlib inline

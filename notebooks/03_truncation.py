@@ -44,7 +44,8 @@ nb = Notebook("03_truncation")
 savefig = nb.savefig
 
 # %%
-from symattn.spectral import free_poisson_quantiles, solve_spectral
+from symattn import theory
+from symattn.spectral import free_poisson_quantiles
 
 kappa, sigma, c = 0.5, 1.0, 1.0
 lam0 = free_poisson_quantiles(20000, kappa, sigma**2)
@@ -110,7 +111,8 @@ T_LONG = 0.15 if QUICK else 0.4
 D = 50 if QUICK else 200
 SEEDS = 2 if QUICK else 3
 t0 = time.time()
-spec_r = solve_spectral(EX / "riccati.toml", time=T_LONG, points=81, size=200 if QUICK else 600)
+spec_r = theory(EX / "riccati.toml", "spectral", time=T_LONG, points=81, size=200 if QUICK else 600, rotations=1,
+                noise=False)
 print(f"spectral: {time.time() - t0:.1f} s")
 exl = exact(spec_r.table["time"])
 sp_exact = max(float(np.max(np.abs(spec_r.table[c_] - exl[c_]))) for c_ in ["tr_student", "q_student_student"])
@@ -167,8 +169,8 @@ t0 = time.time()
 sim_s = symattn.simulate(EX / "tied_softmax_L2.toml", dim=D2, seeds=SEEDS2, time=T2, points=11, progress=False, test_samples=0)
 print(f"SGD d = {D2}, {SEEDS2} seeds, {sim_s.info['steps_total']} steps/seed: {time.time() - t0:.1f} s")
 t0 = time.time()
-sp_s = solve_spectral(EX / "tied_softmax_L2.toml", time=T2, points=11 if QUICK else 26, size=60 if QUICK else 300,
-                      error_estimate=False)
+sp_s = theory(EX / "tied_softmax_L2.toml", "spectral", time=T2, points=11 if QUICK else 26, size=60 if QUICK else 300,
+              rotations=1, error_estimate=False, noise=False)
 print(f"spectral solver (ε = 0): {time.time() - t0:.1f} s")
 cols2 = ["tr_student", "q_student_student", "p_student_teacher", "loss"]
 win = sm[Ms2[-1]].valid_until

@@ -48,7 +48,6 @@ import symattn
 from symattn.derivation import derive
 from symattn.integration import integrate
 from symattn.notebook import QUICK, Notebook, reading
-from symattn.spectral import solve_spectral
 
 # %matplotlib inline
 nb = Notebook("04_parameterisation")
@@ -84,7 +83,8 @@ for act in ACTS:
             warnings.simplefilter("ignore")
             theory[act, kind] = integrate(derive(s), time=T, points=101, dim=D)
         if kind == "tied":
-            spectral[act] = solve_spectral(s, time=T, points=61, size=150 if QUICK else 400, error_estimate=False)
+            spectral[act] = symattn.theory(s, "spectral", time=T, points=61, size=150 if QUICK else 400, rotations=1,
+                                   error_estimate=False, noise=False)
         t1 = time.time()
         diverged[act, kind] = []
         sims[act, kind] = []
@@ -156,7 +156,8 @@ scan = {}
 t0 = time.time()
 for n in SIZES:
     for sg in SIG_SCAN:
-        scan[n, sg] = solve_spectral(make("h3", "tied", sg), time=T_SCAN, points=21, size=n, error_estimate=False).table
+        scan[n, sg] = symattn.theory(make("h3", "tied", sg), "spectral", time=T_SCAN, points=21, size=n, rotations=1,
+                             error_estimate=False, noise=False).table
 print(f"scan: {len(SIG_SCAN)} σ × N = {SIZES} [{time.time() - t0:.1f} s]")
 for sg in SIG_SCAN:
     print(f"σ = {sg:.2f}: p12(τ={T_SCAN:g}) = " + ", ".join(f"{scan[n, sg]['p_student_teacher'][-1]:.4f} (N={n})" for n in SIZES)
@@ -164,7 +165,8 @@ for sg in SIG_SCAN:
 
 
 def escapes(sg, n):
-    tab = solve_spectral(make("h3", "tied", sg), time=T_C, points=7, size=n, error_estimate=False).table
+    tab = symattn.theory(make("h3", "tied", sg), "spectral", time=T_C, points=7, size=n, rotations=1, error_estimate=False,
+                 noise=False).table
     return tab["q_student_student"][-1] > 0.1
 
 

@@ -50,7 +50,7 @@ nb = Notebook("05_untied_fast_slow")
 savefig = nb.savefig
 
 # %%
-from symattn.reference import fast_phase
+from symattn.derivation.state import fast_phase
 
 D = 30 if QUICK else 100
 SEEDS = [0] if QUICK else [0, 1]
@@ -84,7 +84,7 @@ from types import SimpleNamespace
 
 from scipy.integrate import solve_ivp
 
-from symattn import reference as R
+from symattn.derivation import state as R
 
 
 def slow_theory(system, seed):
@@ -240,14 +240,14 @@ reading(f"""**Reading (this run: d = {D}, seeds {', '.join(map(str, SEEDS))}, M 
 
 # %% [markdown]
 # ## All times: the matrix-level slow phase (paper Fig. 3 at long times)
-# The untied slow phase integrated at matrix level (`solve_spectral`, docs/theory.md §6): U, V themselves, with
+# The untied slow phase integrated at matrix level (`theory(spec, "spectral")`, docs/theory.md §6): U, V themselves, with
 # the means slaved to ∂Φ/∂m = 0 and the force β that keeps tr M fixed — no truncation, valid at all times.
 # *Sampled*: started from each seed's own U, V (N = d, with the O(ε) SGD-noise terms, 2 antithetic paths) next
 # to that seed's SGD. *Free law*: N = 256 quantile realisation, teacher mean 0 (ε → 0); a teacher the students do
 # not see at zero overlap (h2) is realised off-diagonally in two halves, exactly on the uninformative set.
 
 # %%
-from symattn.spectral import solve_spectral
+from symattn import theory
 
 T_LONG = 0.2 if QUICK else 1.0
 N_FREE = 64 if QUICK else 256
@@ -255,7 +255,8 @@ long_res, long_div, free_res, free_decoupled = {}, {}, {}, {}
 for act in ACTS:
     spec = make(act)
     t0 = time.time()
-    free_one = solve_spectral(spec, time=T_LONG, points=41, size=N_FREE, error_estimate=False)
+    free_one = theory(spec, "spectral", time=T_LONG, points=41, size=N_FREE, rotations=1, error_estimate=False,
+                      noise=False)
     free_res[act], free_decoupled[act] = free_one.table, bool(free_one.info["decoupled"])
     for s in SEEDS:
         try:
@@ -266,8 +267,8 @@ for act in ACTS:
             print(f"{act:6s} seed {s}: SGD DIVERGED at τ = {exc.time:.4g} (left out)")
             continue
         sim = {c: one.per_seed[c][0] for c in one.per_seed}
-        th = solve_spectral(spec, time=T_LONG, points=41, size=D, seed=s, init="sample", epsilon=EPS,
-                            noise_realisations=2, noise_antithetic=True).table
+        th = theory(spec, "spectral", time=T_LONG, points=41, init="sample", dim=D, seed=s,  # ε = EPS, the spec's
+                    realisations=2).table
         long_res[act, s] = (th, sim)
     print(f"{act:6s}: matrix level + SGD to τ = {T_LONG}: {time.time() - t0:.1f} s")
 

@@ -43,10 +43,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import symattn
+from symattn import theory
 from symattn.derivation import derive
 from symattn.integration import integrate
 from symattn.notebook import QUICK, Notebook, reading
-from symattn.spectral import solve_spectral
 
 # %matplotlib inline
 nb = Notebook("06_weak_recovery_scaling")
@@ -87,7 +87,8 @@ def crossing(t, y, thr=THRESH):
 
 
 t0 = time.time()
-sp = solve_spectral(make(100, "tied"), time=T_T, points=401, size=200 if QUICK else 400, error_estimate=False)
+sp = theory(make(100, "tied"), "spectral", time=T_T, points=401, size=200 if QUICK else 400, rotations=1,
+            error_estimate=False, noise=False)
 tau_sp = crossing(sp.table["time"], sp.table["p_student_teacher"])
 print(f"tied, matrix-level limit (ε = 0): τ* = {tau_sp:.4f}  [{time.time() - t0:.1f} s]")
 tau_eps = {}

@@ -88,11 +88,11 @@ for s in SEEDS:
     t0 = time.time()
     sims[s] = symattn.simulate(spec, dim=D, seeds=1, seed0=s, time=T, points=11, progress=False, test_samples=0)
     print(f"seed {s}: SGD d = {D}, {sims[s].info['steps_total']} steps, α = {sims[s].alpha:.4g}: {time.time() - t0:.1f} s")
-from symattn.spectral import solve_spectral
 
 t0 = time.time()
-spec_sp = solve_spectral(spec, time=T, points=21, size=100 if QUICK else 300, error_estimate=False, potential=P, rtol=1e-6)
-print(f"spectral solver (ε = 0, free start, N = {spec_sp.size}): {time.time() - t0:.1f} s")
+spec_sp = symattn.theory(spec, "spectral", time=T, points=21, size=100 if QUICK else 300, rotations=1, error_estimate=False,
+                 noise=False)
+print(f"spectral solver (ε = 0, free start, N = {spec_sp.options['size']}): {time.time() - t0:.1f} s")
 cols = ["q_s1_s1", "q_s1_s2", "p_s1_t1", "p_s1_t2", "p_s2_t1", "p_s2_t2", "loss"]
 dv, windows = {}, {}
 for s in SEEDS:

@@ -33,10 +33,9 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")    # shared 2-core machine: o
 import matplotlib.pyplot as plt
 import numpy as np
 
-from symattn import load_spec
+from symattn import load_spec, theory
 from symattn.notebook import QUICK, Notebook, reading
 from symattn.simulation import simulate
-from symattn.spectral import solve_spectral
 
 # %matplotlib inline
 nb = Notebook("09_schedules")
@@ -54,7 +53,7 @@ nb.states("step schedule's factor after both milestones",
 for name, table in SCHEDULES.items():
     spec = load_spec("tied_h2_L1", [f"training.schedule={table}"])
     t0 = time.time()
-    th = solve_spectral(spec, time=T, points=21, size=128, rotations=4, epsilon=spec.epsilon(), spectra=False)
+    th = theory(spec, "spectral", time=T, points=21)      # N = 128, 4 realisations, the spec's ε: the defaults
     t1 = time.time()
     sim = simulate(spec, dim=DIM, seeds=SEEDS, time=T, points=21, progress=False)
     runs[name] = (th, sim, spec.schedule)

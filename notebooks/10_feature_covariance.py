@@ -34,9 +34,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from symattn import load_spec
+from symattn import theory as symattn_theory
 from symattn.notebook import QUICK, Notebook, reading
 from symattn.simulation import simulate
-from symattn.spectral import solve_spectral
 
 # %matplotlib inline
 nb = Notebook("10_feature_covariance")
@@ -70,8 +70,7 @@ theory, sgd = {}, {}
 for a in EXPONENTS:
     spec = spec_for(a)
     t0 = time.time()
-    theory[a] = solve_spectral(spec, time=T, points=POINTS, size=128, rotations=4, epsilon=spec.epsilon(),
-                               spectra=False)
+    theory[a] = symattn_theory(spec, "spectral", time=T, points=POINTS)     # the defaults: N = 128 × 4, the spec's ε
     line = f"a = {a}: theory {time.time() - t0:.1f} s"
     if a in CHECK:
         t1 = time.time()

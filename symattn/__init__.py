@@ -2,8 +2,9 @@
 
 Pipeline (folders follow it): spec -> symbolic (Gaussian expectations, word algebra, free
 probability) -> kinds (one class per parameterisation) -> initial -> derivation (potential,
-hierarchies) -> codegen -> integration / spectral; simulation beside them; comparison, sweep and
-cli on top.
+hierarchies, their equations) -> codegen -> integration (the hierarchy) / spectral (the matrix-level
+flow) -> methods (``theory``: one entry to every limit theory); simulation beside them; architecture
+(residual networks); comparison, sweep and cli on top.
 
 The public entry points are plain functions with real signatures, documented in
 docs/interface.md; they pickle (process pools, cluster executors). They are imported lazily, on
@@ -24,11 +25,17 @@ _PUBLIC = {
     "matrix_flow": ("symattn.derivation.matrix_flow", "matrix_flow"),
     "recovery": ("symattn.derivation.recovery", "recovery"),
     "integrate": ("symattn.integration", "integrate"),
+    "theory": ("symattn.methods", "theory"),
+    "TheoryTable": ("symattn.methods", "TheoryTable"),
+    "column_equations": ("symattn.derivation.equations", "column_equations"),
+    "load_residual": ("symattn.architecture", "load_residual"),
+    "solve_residual": ("symattn.architecture.flow", "solve_residual"),
+    "simulate_residual": ("symattn.architecture.sgd", "simulate_residual"),
     "simulate": ("symattn.simulation.run", "simulate"),
     "compare": ("symattn.comparison", "compare"),
     "compare_dims": ("symattn.comparison", "compare_dims"),
-    "sweep": ("symattn.sweep", "sweep"),
-    "collect": ("symattn.sweep", "collect"),
+    "sweep": ("symattn.sweeps", "sweep"),
+    "collect": ("symattn.sweeps", "collect"),
     "SymattnError": ("symattn.errors", "SymattnError"),
     "SpecError": ("symattn.errors", "SpecError"),
     "UsageError": ("symattn.errors", "UsageError"),

@@ -16,24 +16,17 @@ import sys
 
 from .errors import NumericalFailure, SymattnError, UsageError
 from .files import WRITTEN
+from .limits import MIN_TOL, limit_of
 
 EXIT_INPUT, EXIT_NUMERICAL, EXIT_INTERNAL = 2, 3, 1
 _WRITTEN = WRITTEN                  # files written by this command (files.atomic_write; the interrupt message)
 
-# ---------------------------------------------------------------------------- option checks
-# upper limits of options (docs/interface.md, "Limits"): beyond them a run would take days or all memory
-# without saying so; it is refused up front, naming the option
-LIMITS = {"--time": 1e4, "--points": 100_000, "--seeds": 10_000, "--realisations": 1024, "--rotations": 1024,
-          "--size": 16_384, "--jobs": 4096, "--workers": 4096, "--seed": 2**32 - 1, "--seed0": 2**32 - 1,
-          "--dim": 1_000_000, "--tol": 1e-1}
-MIN_TOL = 1e-14            # below double-precision round-off a quadrature tolerance cannot be met
-
-
+# ---------------------------------------------------------------------------- option checks (limits: symattn.limits)
 def _finite_positive(name, value):
     if value is not None and not (math.isfinite(value) and value > 0):
         raise UsageError(f"{name} {value}: must be a finite number > 0")
-    if value is not None and name in LIMITS and value > LIMITS[name]:
-        raise UsageError(f"{name} {value:g}: at most {LIMITS[name]:g} (docs/interface.md, Limits)")
+    if value is not None and limit_of(name) is not None and value > limit_of(name):
+        raise UsageError(f"{name} {value:g}: at most {limit_of(name):g} (docs/interface.md, Limits)")
     if name == "--tol" and value is not None and value < MIN_TOL:
         raise UsageError(f"--tol {value:g}: at least {MIN_TOL:g} (double-precision round-off)")
     return value
@@ -42,8 +35,8 @@ def _finite_positive(name, value):
 def _whole(name, value, low):
     if value is not None and value < low:
         raise UsageError(f"{name} {value}: must be a whole number >= {low}")
-    if value is not None and name in LIMITS and value > LIMITS[name]:
-        raise UsageError(f"{name} {value}: at most {LIMITS[name]:g} (docs/interface.md, Limits)")
+    if value is not None and limit_of(name) is not None and value > limit_of(name):
+        raise UsageError(f"{name} {value}: at most {limit_of(name):g} (docs/interface.md, Limits)")
     return value
 
 
@@ -183,7 +176,7 @@ def _finite_d_potential(spec, args, P):
 
     from .derivation.finite_d import FiniteDPotential, dense_matrices
     from .initial import draw_initial
-    from .simulation.measure import order_parameters
+    from .measure import order_parameters
     F = FiniteDPotential(spec)
     states = draw_initial(spec, args.dim, args.seed)
     mats = dense_matrices(spec, states)
@@ -270,113 +263,64 @@ def _equations_text(system, form: str, closed: bool) -> str:
     return eq.latex_document(closed)
 
 
-def _theory_checks(args):
-    _finite_positive("--time", args.time)
-    _whole("--points", args.points, 2)
-    _whole("--seed", args.seed, 0)
-    _whole("--dim", args.dim, 1)
-    if args.init == "sample" and args.dim is None:
-        raise UsageError("--init sample: needs --dim D (the dimension of the sampled matrices)")
-    if args.out is not None:
-        from .files import check_output_file
-        check_output_file(args.out, "--out")
+def _theory_method(args, residual: bool) -> str:
+    """The method the theory command's flags ask for; two that ask for different methods are refused."""
+    asked = [(f, m) for f, m, on in (("--exact-finite-d", "finite_d", args.exact_finite_d), ("--fast", "fast_phase", args.fast),
+                                    (f"--method {args.method}", args.method, args.method != "auto")) if on]
+    if residual:
+        if asked and asked[0][1] != "spectral":
+            raise UsageError(f"{asked[0][0]}: not with a residual network (it has the matrix-level theory only, at "
+                             f"--size N, docs/theory.md §10)")
+        return "residual"
+    if len(asked) > 1:
+        raise UsageError(f"{asked[1][0]}: not with {asked[0][0]}")
+    return asked[0][1] if asked else "auto"
 
 
-def _finite_d_theory(spec, args):
-    """``theory --dim D --exact-finite-d``: the expected-gradient flow at d = D (derivation.finite_d) from
-    simulate's initial matrices of --seed."""
-    from .derivation.finite_d import solve_finite_d
-    if args.dim is None:
-        raise UsageError("--exact-finite-d: needs --dim D (the dimension of the exact flow)")
-    others = [o for o, v in (("--fast", args.fast), ("--quick", args.quick), ("--truncation", args.truncation),
-                             ("--size", args.size), ("--log-time", args.log_time)) if v]
-    if others or args.method != "auto":
-        raise UsageError(f"{(others or ['--method'])[0]}: not with --exact-finite-d (the exact flow on the d×d "
-                         f"matrices of --seed has no method, size or truncation)")
-    if args.noise == "on" and spec.epsilon(args.dim) > 0:
-        from .progress import note
-        note("--exact-finite-d: the expected-gradient flow (SGD's mean step at this d, without its O(ε) "
-             "fluctuations)")
-    _write_table(solve_finite_d(spec, args.dim, time=args.time, points=args.points, seed=args.seed), args.out)
+def _theory_given(args) -> dict:
+    """The theory options the command line sets (``symattn.methods``): only those given, so that a method refuses
+    an option it does not take by name."""
+    return {"time": args.time, "points": args.points, "seed": args.seed, "dim": args.dim,
+            "truncation": args.truncation, "init": None if args.init == "free" else args.init,
+            "noise": False if args.noise == "off" else None, "log_time": args.log_time or None,
+            "size": args.size, "rotations": args.rotations, "realisations": args.realisations,
+            "quick": args.quick or None, "error_estimate": False if args.no_error_estimate else None,
+            "spectra": True if (args.spectra or args.spectra_plot) else None}
 
 
 def cmd_theory(args):
     import warnings
 
-    if _residual(args):
-        from .architecture import commands
-        _theory_checks(args)
-        if args.method == "moments" or args.truncation is not None or args.init == "sample" or args.fast or args.quick:
-            raise UsageError("--method moments / --truncation / --init sample / --fast / --quick: a residual network "
-                             "has the matrix-level theory only, at --size N (docs/theory.md §10)")
-        if args.size is not None:
-            _whole("--size", args.size, 8)
-        if args.rotations is not None:
-            _whole("--rotations", args.rotations, 1)
-        if args.noise == "on":
-            from .progress import note
-            note("residual network: the matrix-level flow has no SGD-noise terms (the ε → 0 limit, docs/theory.md §10)")
-        _write_table(commands.theory(args.spec, args.time, args.points, size=args.size, seed=args.seed,
-                                     rotations=args.rotations or 1), args.out)
-        return
-    spec = _load(args, dynamics=True)
-    _theory_checks(args)
-    if args.exact_finite_d:
-        return _finite_d_theory(spec, args)
-    if args.fast and args.quick:
-        raise UsageError("--quick: for the matrix-level theory only, not with --fast")
-    if args.fast:
-        from .reference import fast_phase
-        if not any(spec.indices[k].kind.fast_phase for k in spec.students):
-            raise UsageError("--fast: the fast phase exists only for untied students (docs/theory.md §6)")
-        unused = [o for o, v in (("--method", args.method != "auto"), ("--truncation", args.truncation is not None),
-                                 ("--size", args.size is not None), ("--rotations", args.rotations is not None),
-                                 ("--realisations", args.realisations is not None), ("--log-time", args.log_time),
-                                 ("--noise", args.noise != "on")) if v]
-        if unused:
-            raise UsageError(f"{unused[0]}: not with --fast (the fast phase of the means has no method, size or "
-                             f"truncation: it integrates dm/dt = −D ∂Φ/∂m with the moments frozen)")
-        result = fast_phase(spec, time=args.time, points=args.points, init=args.init, dim=args.dim, seed=args.seed)
-        print("fast-phase fixed point: " + ", ".join(f"m_{k}* = {v:.6g}" for k, v in result.m_star.items()),
-              file=sys.stderr)
-        _write_table(result.table, args.out)
-        return
-    from .method import resolve
-    if args.method == "spectral" or (resolve(spec, args.method, args.truncation) == "spectral" and not args.log_time):
-        from .spectral import run_spectral_from_args
-        if args.truncation is not None:
-            raise UsageError("--truncation: not used by --method spectral (the matrix-level flow has no truncation)")
-        if args.size is not None:
-            _whole("--size", args.size, 4)
-            if args.quick:
-                raise UsageError("--quick: sets the size (N = 96); give --quick or --size, not both")
-            if args.init == "sample":
-                raise UsageError("--size: not used with --init sample (the matrices are simulate's, N = --dim)")
-        if args.realisations is not None:
-            _whole("--realisations", args.realisations, 1)
-        if args.rotations is not None:
-            _whole("--rotations", args.rotations, 1)
-        for opt in ("spectra", "spectra_plot"):
-            if getattr(args, opt):
-                from .files import check_output_file
-                check_output_file(getattr(args, opt), "--" + opt.replace("_", "-"))
-        result = run_spectral_from_args(spec, args)
-        _write_table(result.table, args.out)
-        return
-    from .derivation import derive
-    from .integration import integrate
-    if args.quick:
-        raise UsageError("--quick: for the matrix-level theory only (--method spectral, or auto on a tied or untied "
-                         "student); this run integrates the moment hierarchy")
-    M = _truncation(args, spec)
-    eps = 0.0 if args.noise == "off" else spec.epsilon(args.dim)
+    from .methods import plan
+    from .progress import note
+    residual = _residual(args)
+    spec = args.spec if residual else _load(args, dynamics=True)
+    if args.out is not None:
+        from .files import check_output_file
+        check_output_file(args.out, "--out")
+    for opt in ("spectra", "spectra_plot"):
+        if getattr(args, opt):
+            from .files import check_output_file
+            check_output_file(getattr(args, opt), "--" + opt.replace("_", "-"))
+    run = plan(spec, _theory_method(args, residual), cli=True, **_theory_given(args))
+    name = run.method.name
+    if name in ("residual", "finite_d") and args.noise == "on" and (residual or spec.epsilon(args.dim) > 0):
+        note("residual network: the matrix-level flow has no SGD-noise terms (the ε → 0 limit, docs/theory.md §10)"
+             if residual else "--exact-finite-d: the expected-gradient flow (SGD's mean step at this d, without its "
+                              "O(ε) fluctuations)")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        system = derive(spec, M)
-        result = integrate(system, time=args.time, points=args.points, init=args.init, dim=args.dim,
-                           seed=args.seed, epsilon=eps, log_time=args.log_time)
+        result = run.run()
     for w in caught:
         print(f"symattn: warning: {w.message}", file=sys.stderr)
+    if name == "fast_phase":
+        print("fast-phase fixed point: " + ", ".join(f"m_{k}* = {v:.6g}" for k, v in result.info["m_star"].items()),
+              file=sys.stderr)
+    if args.spectra:
+        result.result.spectra_to_csv(args.spectra, full=args.spectra_full)
+    if args.spectra_plot:
+        from .spectral import plot_spectra
+        plot_spectra(result.result, path=args.spectra_plot)
     _write_table(result.table, args.out)
 
 
@@ -500,7 +444,7 @@ def cmd_compare(args):
 
 def cmd_sweep(args):
     from .files import check_output_dir
-    from .sweep import sweep
+    from .sweeps import sweep
     if args.set:
         raise UsageError("--set: put the settings of a sweep in its grid file ([grid] lists)")
     _whole("--jobs", args.jobs, 1)
@@ -511,7 +455,7 @@ def cmd_sweep(args):
 
 def cmd_collect(args):
     from .files import check_output_file
-    from .sweep import collect
+    from .sweeps import collect
     check_output_file(args.out, "--out")
     table = collect(args.folder, args.out, per_seed=args.per_seed)
     print(f"wrote {args.out} ({len(next(iter(table.values())))} rows)")
@@ -715,7 +659,7 @@ def build_parser():
     q.add_argument("--seeds", type=int, default=4, help="seeds per dimension")
     _theory_options(q, defaults_points=21, log_time=False, init=None)
     q.add_argument("--size", type=int, default=None,
-                   help="spectral: pin the matrix size N (default: 256 and 128, extrapolated in 1/N; --init sample: d)")
+                   help="spectral: the matrix size N (default 128, the mean of 4 realisations; --init sample: d)")
     q.add_argument("--out", default="compare_out", help="output folder")
     q.set_defaults(func=cmd_compare)
 

@@ -1,6 +1,7 @@
 """Theory next to simulation (``symattn compare``): CSVs, a figure and summary.json (docs/interface.md)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -154,41 +155,44 @@ def _seed_mean(results) -> dict:
     return {c: np.mean([r.table[c][:n] for r in results], axis=0) for c in results[0].table}
 
 
-def theory_for(spec, time, points, truncation, init, dim, noise, method, size, seeds=1):
-    """(theory table, info, extra curves) of ``compare``: the moment hierarchy (with the curve without
-    SGD noise as an extra) or the spectral solver, at the spec's ε (its d-free value when dim is None).
-    ``init="sample"``: the theory from each of the ``seeds`` simulation seeds' own initial matrices,
-    averaged over them (as the simulation's mean over the same seeds)."""
-    from .derivation import derive
-    from .integration import integrate
-    from .method import DEFAULT_ROTATIONS, DEFAULT_SIZE, resolve
+def theory_plans(spec, time, points, truncation, init, dim, noise, method, size, seeds=1) -> list:
+    """The theory runs of ``compare`` (``symattn.methods``: made, and so checked, before the simulation): the
+    method ``auto`` resolves to at the spec's ε (its d-free value when dim is None), on more output times than the
+    simulation's (≥ 51 for the matrix level, ≥ 101 for the hierarchy: the figure's curves). ``init="sample"``: one run
+    from each of the ``seeds`` simulation seeds' own initial matrices, at the matrix level with 4 antithetic noise
+    paths each (their noise spread then enters the paired difference at half that of one path)."""
+    from .methods import plan, resolve
 
-    eps = spec.epsilon(dim) if noise else 0.0
-    method = resolve(spec, method, truncation)
-    if method == "spectral":
-        from .spectral import solve_spectral
-        kw = dict(time=time, points=max(points, 51), epsilon=eps or None, noise_realisations=4,
-                  noise_antithetic=eps > 0, spectra=False)
+    base = {"time": time, "dim": dim, "noise": None if noise else False}
+    if resolve(spec, method, truncation) == "spectral":
         if init == "sample":
-            runs = [solve_spectral(spec, size=dim, seed=s, init="sample", **kw) for s in range(seeds)]
-            return _seed_mean(runs), {"method": "spectral", "size": dim, "epsilon": eps, "init": "sample",
-                                      "sampled_starts": seeds}, {"per_seed": [r.table for r in runs]}
-        kw.update(noise_realisations=1, noise_antithetic=False)
-        th = solve_spectral(spec, size=size or DEFAULT_SIZE, rotations=DEFAULT_ROTATIONS, **kw)
-        info = {"method": "spectral", "size": th.size, "epsilon": eps, "extrapolated": False,
-                "rotations": th.info["rotations"]}
-        return th.table, info, {}
-    system = derive(spec, truncation)
+            return [plan(spec, "spectral", points=max(points, 51), init="sample", seed=s, realisations=4, **base)
+                    for s in range(seeds)]
+        return [plan(spec, "spectral", points=max(points, 51), size=size, **base)]
     starts = range(seeds) if init == "sample" else [0]
-    runs = [integrate(system, time=time, points=max(points, 101), init=init, dim=dim, seed=s, epsilon=eps)
-            for s in starts]
-    extra = {}
-    if eps > 0 and system.supports_noise:
-        extra["theory ε→0"] = _seed_mean([integrate(system, time=time, points=max(points, 101), init=init, dim=dim,
-                                                    seed=s, epsilon=0.0, check_truncation=False) for s in starts])
-    info = {"method": "moments", **runs[0].summary()}
-    if init == "sample":
-        extra["per_seed"] = [r.table for r in runs]
+    return [plan(spec, "moments", points=max(points, 101), truncation=truncation,
+                 init=None if init == "free" else init, seed=s, **base) for s in starts]
+
+
+def theory_for(plans) -> tuple:
+    """(theory table, info, extra curves) of ``compare`` from its ``theory_plans``: their mean (over the seeds'
+    starts for ``init="sample"``, with their tables as ``extra["per_seed"]``); for the hierarchy with SGD noise
+    also the curve without it (``extra["theory ε→0"]``)."""
+    runs = [p.run() for p in plans]
+    first, o = runs[0], plans[0].options
+    sample = o["init"] == "sample"
+    extra = {"per_seed": [r.table for r in runs]} if sample else {}
+    if first.method == "spectral":
+        info = {"method": "spectral", "size": o["size"], "epsilon": first.info.get("epsilon", 0.0), "init": o["init"]}
+        info.update({"sampled_starts": len(runs)} if sample else {"extrapolated": False, "rotations": o["rotations"]})
+        return _seed_mean(runs), info, extra
+    eps = runs[0].result.epsilon
+    if eps > 0:
+        quiet = [dataclasses.replace(p, options={**p.options, "noise": False, "check_truncation": False})
+                 for p in plans]
+        extra["theory ε→0"] = _seed_mean([p.run() for p in quiet])
+    info = {"method": "moments", **first.info}
+    if sample:
         info["sampled_starts"] = len(runs)
         bad = [r for r in runs if r.diverged_at is not None]
         if bad:
@@ -208,9 +212,10 @@ def compare(spec, dim: int, seeds: int = 4, time: float = 1.0, points: int = 21,
     spec = load_spec(spec)
     if out is not None:
         check_output_dir(out, "out")
+    plans = theory_plans(spec, time, points, truncation, init, dim, noise, method, size, seeds)
     sim = _simulate(spec, dim=dim, seeds=seeds, time=time, points=points, workers=workers, progress=progress)
     sim_table = sim.table
-    theory_table, info, extra = theory_for(spec, time, points, truncation, init, dim, noise, method, size, seeds)
+    theory_table, info, extra = theory_for(plans)
     per_seed = extra.pop("per_seed", None)
     until = info.get("truncation_valid_until") or info.get("diverged_at")
     columns = deviations(theory_table, sim_table)
@@ -297,10 +302,11 @@ def compare_dims(spec, dims, seeds: int = 4, time: float = 1.0, points: int = 21
                         f"give training.noise_ratio instead")
     if out is not None:
         check_output_dir(out, "out")
+    plans = theory_plans(spec, time, points, truncation, "free", None, noise, method, size)
     sims = {d: _simulate(spec, dim=d, seeds=seeds, time=time, points=points, workers=workers,
                          progress=progress).table for d in dims}
     ext = extrapolate(sims)
-    theory_table, info, extra = theory_for(spec, time, points, truncation, "free", None, noise, method, size)
+    theory_table, info, extra = theory_for(plans)
     until = info.get("truncation_valid_until") or info.get("diverged_at")
 
     def both(sim):

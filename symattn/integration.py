@@ -114,8 +114,8 @@ def solve(system, y0, time: float, points: int, epsilon: float = 0.0, rtol=None,
     rtol = rtol or (1e-7 if quad else 1e-9)
     atol = atol or (1e-9 if quad else 1e-12)
     from .codegen.systems import compiled
-    from .reference import PARAM_EPSILON, PARAM_GAMMA, law
-    from .reference import params as run_params
+    from .derivation.state import PARAM_EPSILON, PARAM_GAMMA, law
+    from .derivation.state import params as run_params
     mod = compiled(system)
     refresh = bool(epsilon) and hasattr(mod, "noise_values")
     y0 = np.asarray(y0, dtype=float)
@@ -233,7 +233,7 @@ def retruncated(system, M: int):
 def compiled_phi(system):
     """θ ↦ Φ(θ) from the system's compiled module (the same quadrature as the right-hand side)."""
     from .codegen.systems import compiled
-    from .reference import law
+    from .derivation.state import law
     mod, lw = compiled(system), law(system)
     return lambda theta: float(mod.phi_and_grad(np.ascontiguousarray(theta, dtype=float), lw)[0])
 
@@ -261,7 +261,7 @@ def integrate(system, time: float = 1.0, points: int = 51, init="free", dim: int
     log-spaced output times (``time_grid``).
     """
     from .derivation.hierarchy import min_truncation, require_moments
-    from .reference import initial, observables, restrict
+    from .derivation.state import initial, observables, restrict
     spec = system.spec
     require_moments(spec, system.truncation)
     if epsilon is None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import math
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -18,10 +17,19 @@ import numpy as np
 import sympy as sp
 
 from .errors import SpecError
+from .expressions import (  # noqa: F401
+    ExpressionError,
+    Z,
+    activation_expr,
+    activation_sympy,
+    loss_symbols,
+    loss_sympy,
+    parse_expression,
+)
 from .features import IDENTITY, FeatureCovariance, parse_features
 from .kinds import KINDS
 from .schedule import CONSTANT, Schedule, parse_schedule
-from .symbolic.parse import ExpressionError, parse_expression
+from .validation import fail, finite_at, not_real_on, number, short, table
 
 ACTIVATIONS = ("linear", "h1", "h2", "h3", "softmax", "relu", "tanh")
 PARAMETERIZATIONS = tuple(KINDS)          # the registered kinds (symattn.kinds)
@@ -44,7 +52,6 @@ MAX_TRUNCATION = 16        # M: words of length ≤ M
 MAX_MOMENTS = 200_000      # estimated hierarchy size refused beyond this
 MAX_WIDTH = 64.0           # κ = d_k/d
 MAX_SCALE = 1e3            # σ, scale, label noise, ε, α, γ: beyond, every order parameter overflows
-Z = sp.Symbol("z")
 
 
 @dataclass(frozen=True)
@@ -169,114 +176,23 @@ class Spec:
         return self.learning_rate * dim / self.batch_size
 
 
-def _fail(src, key, msg):
-    raise SpecError(f"{src}: {key}: {msg}")
-
-
-def _number(src, key, value, *, low=None, strict=False, integer=False, high=None):
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        _fail(src, key, f"expected a {'whole number' if integer else 'number'}, got {_short(repr(value))}")
-    if isinstance(value, int) and abs(value) > 10**300:                 # beyond any float: one line, not a crash
-        _fail(src, key, f"a whole number of {len(str(abs(value)))} digits is out of range")
-    if integer and not float(value).is_integer():
-        _fail(src, key, f"expected a whole number, got {value!r}")
-    if not math.isfinite(value):
-        _fail(src, key, f"expected a finite number, got {value!r}")
-    if low is not None and (value < low or (strict and value == low)):
-        _fail(src, key, f"must be {'>' if strict else '>='} {low}, got {value!r}")
-    if high is not None and abs(value) > high:
-        _fail(src, key, f"must be at most {high:g} in magnitude, got {value!r}")
-    return int(value) if integer else float(value)
-
-
-def _table(src, key, value, allowed):
-    if not isinstance(value, dict):
-        _fail(src, key, f"expected a table, got {type(value).__name__}")
-    unknown = sorted(set(value) - allowed)
-    if unknown:
-        bad = unknown[0] if re.fullmatch(r"[A-Za-z0-9_\-]+", unknown[0]) else repr(unknown[0])   # one line
-        where = f"{key}.{bad}" if key else bad
-        _fail(src, where, f"unknown key; allowed: {', '.join(sorted(allowed))}")
-    return value
-
-
-def activation_expr(name: str, beta: float = 1.0):
-    """SymPy expression in z of an element-wise activation (None for softmax, which acts on rows)."""
-    z = sp.Symbol("z")
-    table = {
-        "linear": z, "h1": z,
-        "h2": (z**2 - 1) / sp.sqrt(2),
-        "h3": (z**3 - 3 * z) / sp.sqrt(6),
-        "relu": sp.Max(z, 0),
-        "tanh": sp.tanh(z),
-    }
-    return table.get(name)
-
-
-def _finite_at(expr, points) -> str | None:
-    """The first point (as text) where ``expr`` is not a finite real number, else None. Evaluated in floating
-    point (``lambdify``): a value beyond double precision (exp nested six deep) counts as not finite — no arbitrary
-    precision evaluation that could run without end; SymPy's own evaluation only where NumPy has no printer."""
-    syms = sorted(expr.free_symbols, key=lambda s: s.name)
-    try:
-        with np.errstate(all="ignore"):
-            f = sp.lambdify(syms, expr, modules="numpy")
-    except Exception:
-        f = None
-    for sub in points:
-        where = ", ".join(f"{k}={float(x):g}" for k, x in sub.items())
-        if f is not None:
-            try:
-                with np.errstate(all="ignore"):
-                    v = complex(f(*[float(sub.get(s, 0.0)) for s in syms]))
-            except (TypeError, ValueError, ZeroDivisionError, OverflowError, AttributeError, NameError):
-                return where
-        else:
-            try:
-                v = complex(expr.xreplace(sub).evalf(15))
-            except (TypeError, ValueError, ZeroDivisionError, OverflowError):
-                return where
-        if abs(v.imag) > 1e-12 * max(1.0, abs(v.real)) or not math.isfinite(v.real):
-            return where
-    return None
-
-
-def _not_real_on(expr) -> str | None:
-    """An interval of the real line where the activation is not a real number (SymPy's continuous domain: a
-    branch point beyond the check grid, as in sqrt(36.0001 − z²)), else None; isolated points are the grid's."""
-    if sp.count_ops(expr) > 200:
-        return None
-    try:
-        from sympy.calculus.util import continuous_domain
-        missing = sp.Complement(sp.S.Reals, continuous_domain(expr, Z, sp.S.Reals))
-        if missing.measure > 0:
-            return str(missing)
-    except Exception:                 # SymPy cannot tell: the grid and the quadrature's own checks decide
-        return None
-    return None
-
-
-def activation_sympy(value: str):
-    """The SymPy expression in z of a custom activation string (safe parser, no ``eval``)."""
-    return parse_expression(value, {"z": Z})
-
-
-def _check_activation(src, value):
+def check_activation(src, value):
+    """The activation string, or SpecError: a named activation or an expression in z, finite and real for every real z."""
     if not isinstance(value, str) or not value.strip():
-        _fail(src, "model.activation", f"expected one of {', '.join(ACTIVATIONS)} or an expression in z")
+        fail(src, "model.activation", f"expected one of {', '.join(ACTIVATIONS)} or an expression in z")
     if value in ACTIVATIONS:
         return value
     try:
         expr = activation_sympy(value)
     except ExpressionError as exc:
-        _fail(src, "model.activation", str(exc))
-    bad = _finite_at(expr, [{Z: sp.Float(v)} for v in (0.0, -0.5, 0.5, -1.0, 1.0, -2.5, 2.5, -6.0, 6.0)])
+        fail(src, "model.activation", str(exc))
+    bad = finite_at(expr, [{Z: sp.Float(v)} for v in (0.0, -0.5, 0.5, -1.0, 1.0, -2.5, 2.5, -6.0, 6.0)])
     if bad is not None:
-        _fail(src, "model.activation", f"{_short(repr(value))} is not a finite real number in double precision at {bad}; the activation "
+        fail(src, "model.activation", f"{short(repr(value))} is not a finite real number in double precision at {bad}; the activation "
                                        f"must be finite for every real z")
-    gap = _not_real_on(expr)
+    gap = not_real_on(expr, Z)
     if gap is not None:
-        _fail(src, "model.activation", f"{_short(repr(value))} is not a real number for z in {_short(gap)}; the "
+        fail(src, "model.activation", f"{short(repr(value))} is not a real number for z in {short(gap)}; the "
                                        f"activation must be real for every real z")
     return value
 
@@ -284,41 +200,26 @@ def _check_activation(src, value):
 _GSYM = re.compile(r"^G_(\d+)_(\d+)_(\d+)$")
 
 
-def loss_symbols(L: int, K: int) -> dict:
-    """name → SymPy symbol of every pre-activation G_i_j_k (1-based) of a custom loss."""
-    return {f"G_{i}_{j}_{k}": sp.Symbol(f"G_{i}_{j}_{k}", real=True)
-            for i in range(1, L + 1) for j in range(1, L + 1) for k in range(1, K + 1)}
-
-
-def loss_sympy(value: str, L: int, K: int):
-    """The SymPy expression of a custom loss string (safe parser, no ``eval``)."""
-    return parse_expression(value, loss_symbols(L, K))
-
-
 def _check_loss(src, value, L, K):
     if not isinstance(value, str):
-        _fail(src, "model.loss", f"expected an expression in G_i_j_k, got {value!r}")
+        fail(src, "model.loss", f"expected an expression in G_i_j_k, got {value!r}")
     try:
         expr = loss_sympy(value, L, K)
     except ExpressionError as exc:
         msg = str(exc)
         if "unknown name" in msg:
             msg += f"; use G_i_j_k with 1 <= i, j <= {L}, 1 <= k <= {K}"
-        _fail(src, "model.loss", msg)
+        fail(src, "model.loss", msg)
     if not expr.free_symbols:
-        _fail(src, "model.loss", "the loss must depend on some G_i_j_k")
+        fail(src, "model.loss", "the loss must depend on some G_i_j_k")
     rng = np.random.default_rng(0)
     syms = sorted(expr.free_symbols, key=lambda s: s.name)
     points = [{s: sp.Float(0.0) for s in syms}] + [
         {s: sp.Float(float(x)) for s, x in zip(syms, rng.standard_normal(len(syms)))} for _ in range(3)]
-    bad = _finite_at(expr, points)
+    bad = finite_at(expr, points)
     if bad is not None:
-        _fail(src, "model.loss", f"not a finite real number at {_short(bad)}")
+        fail(src, "model.loss", f"not a finite real number at {short(bad)}")
     return value
-
-
-def _short(text, n=60):
-    return text if len(text) <= n else text[:n] + "…"
 
 
 def _covariance(src, value, L):
@@ -330,67 +231,69 @@ def _covariance(src, value, L):
             isinstance(v, list) and all(numeric(x) for x in v))
 
     if not isinstance(value, list) or not numeric(value):
-        _fail(src, key, f"expected \"identity\" or an {L}x{L} matrix of numbers")
+        fail(src, key, f"expected \"identity\" or an {L}x{L} matrix of numbers")
     try:
         C = np.array(value, dtype=float)
     except (TypeError, ValueError):
-        _fail(src, key, f"expected \"identity\" or an {L}x{L} matrix of numbers")
+        fail(src, key, f"expected \"identity\" or an {L}x{L} matrix of numbers")
     if C.shape != (L, L):
-        _fail(src, key, f"expected \"identity\" or an {L}x{L} matrix, got shape {C.shape}")
+        fail(src, key, f"expected \"identity\" or an {L}x{L} matrix, got shape {C.shape}")
     if not np.all(np.isfinite(C)):
-        _fail(src, key, "entries must be finite")
+        fail(src, key, "entries must be finite")
     if np.abs(C).max() > MAX_SCALE:
-        _fail(src, key, f"entries must be at most {MAX_SCALE:g} in magnitude (as every other scale), got "
+        fail(src, key, f"entries must be at most {MAX_SCALE:g} in magnitude (as every other scale), got "
                         f"{np.abs(C).max():.3g}")
     if not np.allclose(C, C.T, atol=1e-12):
-        _fail(src, key, "must be symmetric")
+        fail(src, key, "must be symmetric")
     if np.linalg.eigvalsh(C).min() < -1e-12:
-        _fail(src, key, "must be positive semi-definite")
+        fail(src, key, "must be positive semi-definite")
     return C
 
 
-def _index(src, n, raw, seen, key=None, keys=_INDEX_KEYS):
+def parse_index(src, n, raw, seen, key=None, keys=_INDEX_KEYS):
+    """The ``Index`` of the n-th entry of a spec's ``indices`` (``raw``), or SpecError naming its key; ``seen``: the
+    names so far."""
     """One validated :class:`Index` from its table (``key``: its place in the file for messages)."""
     key = key or f"indices[{n}]"
-    raw = _table(src, key, raw, keys)
+    raw = table(src, key, raw, keys)
     name = raw.get("name")
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", name or ""):
-        _fail(src, f"{key}.name", f"expected an alphanumeric name starting with a letter, got {name!r}")
+        fail(src, f"{key}.name", f"expected an alphanumeric name starting with a letter, got {name!r}")
     if name in seen:
-        _fail(src, f"{key}.name", f"duplicate index name {name!r}")
+        fail(src, f"{key}.name", f"duplicate index name {name!r}")
     role = raw.get("role")
     if role not in ROLES:
-        _fail(src, f"{key}.role", f"expected one of {', '.join(ROLES)}, got {role!r}")
+        fail(src, f"{key}.role", f"expected one of {', '.join(ROLES)}, got {role!r}")
     par = raw.get("parameterization")
     if par not in PARAMETERIZATIONS:
-        _fail(src, f"{key}.parameterization", f"expected one of {', '.join(PARAMETERIZATIONS)}, got {par!r}")
+        fail(src, f"{key}.parameterization", f"expected one of {', '.join(PARAMETERIZATIONS)}, got {par!r}")
     kind = KINDS[par]
     if role == "student" and not kind.trainable:
         trainable = ", ".join(n for n, k in KINDS.items() if k.trainable)
-        _fail(src, f"{key}.parameterization", f"{par} is teacher-only; a student is {trainable}")
-    width = _number(src, f"{key}.width", raw.get("width", 1.0), low=0.0, strict=True, high=MAX_WIDTH)
+        fail(src, f"{key}.parameterization", f"{par} is teacher-only; a student is {trainable}")
+    width = number(src, f"{key}.width", raw.get("width", 1.0), low=0.0, strict=True, high=MAX_WIDTH)
     if "width" in raw and not kind.uses_width:
         allowed = " and ".join(n for n, k in KINDS.items() if k.uses_width)
-        _fail(src, f"{key}.width", f"not used by a {par} index; allowed for {allowed}")
+        fail(src, f"{key}.width", f"not used by a {par} index; allowed for {allowed}")
     if "init_scale" in raw and not kind.uses_init_scale:
-        _fail(src, f"{key}.init_scale", f"not used by a {par} index (S = scale·I); give scale")
+        fail(src, f"{key}.init_scale", f"not used by a {par} index (S = scale·I); give scale")
     init = raw.get("init_scale", 1.0)
     if isinstance(init, list):
         if not kind.init_pair or len(init) != 2:
             allowed = " and ".join(n for n, k in KINDS.items() if k.init_pair)
-            _fail(src, f"{key}.init_scale", f"a pair [σ_U, σ_V] is allowed only for {allowed} indices")
-        init = tuple(_number(src, f"{key}.init_scale", v, low=0.0, high=MAX_SCALE) for v in init)
+            fail(src, f"{key}.init_scale", f"a pair [σ_U, σ_V] is allowed only for {allowed} indices")
+        init = tuple(number(src, f"{key}.init_scale", v, low=0.0, high=MAX_SCALE) for v in init)
     else:
-        init = (_number(src, f"{key}.init_scale", init, low=0.0, high=MAX_SCALE),)
+        init = (number(src, f"{key}.init_scale", init, low=0.0, high=MAX_SCALE),)
     if kind.positive_init and min(init) == 0.0:
-        _fail(src, f"{key}.init_scale", f"must be > 0 for a {par} index (zero factors never move)")
+        fail(src, f"{key}.init_scale", f"must be > 0 for a {par} index (zero factors never move)")
     if "scale" in raw and not kind.uses_scale:
         allowed = " and ".join(n for n, k in KINDS.items() if k.uses_scale)
-        _fail(src, f"{key}.scale", f"only an {allowed} teacher has a scale")
-    scale = _number(src, f"{key}.scale", raw.get("scale", 1.0), high=MAX_SCALE)
+        fail(src, f"{key}.scale", f"only an {allowed} teacher has a scale")
+    scale = number(src, f"{key}.scale", raw.get("scale", 1.0), high=MAX_SCALE)
     symbol = raw.get("symbol")
     if symbol is not None and (not isinstance(symbol, str) or not re.fullmatch(r"[A-Za-z][A-Za-z0-9]{0,7}", symbol)):
-        _fail(src, f"{key}.symbol", f"expected a short alphanumeric symbol starting with a letter (at most 8 "
+        fail(src, f"{key}.symbol", f"expected a short alphanumeric symbol starting with a letter (at most 8 "
                                     f"characters, e.g. \"s\" or \"h1\"), got {symbol!r}")
     return Index(name=name, role=role, parameterization=par, width=width, init_scale=init, scale=scale, symbol=symbol)
 
@@ -477,80 +380,80 @@ def load_spec(source, settings=None) -> Spec:
         return load_spec(source.raw, settings)
     raw, src = read_raw(source)
     if isinstance(raw, dict) and "student" in raw and "indices" not in raw:
-        _fail(src, "student", "a residual-attention spec (student/teacher networks): the commands potential, "
+        fail(src, "student", "a residual-attention spec (student/teacher networks): the commands potential, "
                               "theory, simulate and compare take it; in Python symattn.architecture (docs/interface.md)")
-    raw = _table(src, "", raw, _TOP_KEYS)
+    raw = table(src, "", raw, _TOP_KEYS)
     if settings:
         raw = apply_settings(raw, settings, src)
     name = raw.get("name")
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_\-]+", name or ""):
-        _fail(src, "name", f"expected a file-name-safe string ([A-Za-z0-9_-]+), got {name!r}")
-    model = _table(src, "model", raw.get("model", {}), _MODEL_KEYS)
-    L = _number(src, "model.tokens", model.get("tokens", 1), low=1, integer=True)
+        fail(src, "name", f"expected a file-name-safe string ([A-Za-z0-9_-]+), got {name!r}")
+    model = table(src, "model", raw.get("model", {}), _MODEL_KEYS)
+    L = number(src, "model.tokens", model.get("tokens", 1), low=1, integer=True)
     if L > MAX_TOKENS:
-        _fail(src, "model.tokens", f"at most {MAX_TOKENS} tokens are supported (the loss has L²K Gaussian "
+        fail(src, "model.tokens", f"at most {MAX_TOKENS} tokens are supported (the loss has L²K Gaussian "
                                    f"pre-activations), got {L}")
     C = _covariance(src, model.get("token_covariance", "identity"), L)
-    activation = _check_activation(src, model.get("activation", "linear"))
-    beta = _number(src, "model.beta", model.get("beta", 1.0))
+    activation = check_activation(src, model.get("activation", "linear"))
+    beta = number(src, "model.beta", model.get("beta", 1.0))
     if abs(beta) > MAX_BETA:
-        _fail(src, "model.beta", f"|β| must be <= {MAX_BETA:g} (exp(β·G) overflows beyond), got {beta:g}")
+        fail(src, "model.beta", f"|β| must be <= {MAX_BETA:g} (exp(β·G) overflows beyond), got {beta:g}")
     if "beta" in model and activation != "softmax":
-        _fail(src, "model.beta", "only the softmax activation has an inverse temperature")
+        fail(src, "model.beta", "only the softmax activation has an inverse temperature")
     readout = model.get("readout", "sum")
     if readout not in READOUTS:
-        _fail(src, "model.readout", f"expected one of {', '.join(READOUTS)}, got {readout!r}")
-    noise = _number(src, "model.label_noise", model.get("label_noise", 0.0), low=0.0, high=MAX_SCALE)
+        fail(src, "model.readout", f"expected one of {', '.join(READOUTS)}, got {readout!r}")
+    noise = number(src, "model.label_noise", model.get("label_noise", 0.0), low=0.0, high=MAX_SCALE)
     base = Path(src).parent if not isinstance(source, dict) and Path(src).exists() else None
     features = parse_features(src, model["feature_covariance"], base) if "feature_covariance" in model else IDENTITY
     if "indices" not in raw:
-        _fail(src, "indices", "at least one [[indices]] table is required")
+        fail(src, "indices", "at least one [[indices]] table is required")
     if not isinstance(raw["indices"], list) or not raw["indices"]:
-        _fail(src, "indices", "expected a non-empty array of tables [[indices]]")
+        fail(src, "indices", "expected a non-empty array of tables [[indices]]")
     indices, seen = [], set()
     for n, item in enumerate(raw["indices"]):
-        ix = _index(src, n, item, seen)
+        ix = parse_index(src, n, item, seen)
         seen.add(ix.name)
         indices.append(ix)
     if len(indices) > MAX_INDICES:
-        _fail(src, "indices", f"at most {MAX_INDICES} indices are supported, got {len(indices)}")
+        fail(src, "indices", f"at most {MAX_INDICES} indices are supported, got {len(indices)}")
     given = [ix.symbol for ix in indices if ix.symbol is not None]
     if len(set(given)) < len(given):
         twice = next(x for x in given if given.count(x) > 1)
-        _fail(src, f"indices.{next(ix.name for ix in indices if ix.symbol == twice)}.symbol",
+        fail(src, f"indices.{next(ix.name for ix in indices if ix.symbol == twice)}.symbol",
               f"symbol {twice!r} is given to two indices")
     if not features.identity:
         for ix in indices:
             if not ix.kind.whitens:
-                _fail(src, f"indices.{ix.name}.parameterization", f"{ix.parameterization} (S = c·I) is not supported "
+                fail(src, f"indices.{ix.name}.parameterization", f"{ix.parameterization} (S = c·I) is not supported "
                                                                  f"with model.feature_covariance (use a tied or direct teacher)")
     if not any(ix.role == "student" for ix in indices):
-        _fail(src, "indices", "at least one index must have role = \"student\"")
+        fail(src, "indices", "at least one index must have role = \"student\"")
     loss = model.get("loss")
     if loss is not None:
         loss = _check_loss(src, loss, L, len(indices))
     elif not any(ix.role == "teacher" for ix in indices):
-        _fail(src, "indices", "the MSE loss needs a teacher index (or give model.loss)")
+        fail(src, "indices", "the MSE loss needs a teacher index (or give model.loss)")
     if activation == "softmax" and L < 2 and loss is None:
-        _fail(src, "model.tokens", "softmax over a single token is constant; use tokens >= 2")
-    training = _table(src, "training", raw.get("training", {}), _TRAINING_KEYS)
-    B = _number(src, "training.batch_size", training.get("batch_size", 1), low=1, integer=True)
+        fail(src, "model.tokens", "softmax over a single token is constant; use tokens >= 2")
+    training = table(src, "training", raw.get("training", {}), _TRAINING_KEYS)
+    B = number(src, "training.batch_size", training.get("batch_size", 1), low=1, integer=True)
     if B > MAX_BATCH:
-        _fail(src, "training.batch_size", f"at most {MAX_BATCH} samples per batch, got {B}")
+        fail(src, "training.batch_size", f"at most {MAX_BATCH} samples per batch, got {B}")
     if "noise_ratio" in training and "learning_rate" in training:
-        _fail(src, "training.learning_rate", "give either noise_ratio or learning_rate, not both")
+        fail(src, "training.learning_rate", "give either noise_ratio or learning_rate, not both")
     eps = lr = None
     if "learning_rate" in training:
-        lr = _number(src, "training.learning_rate", training["learning_rate"], low=0.0, strict=True,
+        lr = number(src, "training.learning_rate", training["learning_rate"], low=0.0, strict=True,
                      high=1e6)
     else:
-        eps = _number(src, "training.noise_ratio", training.get("noise_ratio", 0.01), low=0.0, high=MAX_SCALE)
-    gamma = _number(src, "training.weight_decay", training.get("weight_decay", 0.0), low=0.0, high=MAX_SCALE)
+        eps = number(src, "training.noise_ratio", training.get("noise_ratio", 0.01), low=0.0, high=MAX_SCALE)
+    gamma = number(src, "training.weight_decay", training.get("weight_decay", 0.0), low=0.0, high=MAX_SCALE)
     schedule = parse_schedule(src, training["schedule"]) if "schedule" in training else CONSTANT
-    theory = _table(src, "theory", raw.get("theory", {}), _THEORY_KEYS)
-    M = _number(src, "theory.truncation", theory.get("truncation", 4), low=2, integer=True)
+    theory = table(src, "theory", raw.get("theory", {}), _THEORY_KEYS)
+    M = number(src, "theory.truncation", theory.get("truncation", 4), low=2, integer=True)
     if M > MAX_TRUNCATION:
-        _fail(src, "theory.truncation", f"at most {MAX_TRUNCATION}, got {M}")
+        fail(src, "theory.truncation", f"at most {MAX_TRUNCATION}, got {M}")
     return Spec(name=name, tokens=L, covariance=tuple(tuple(float(x) for x in row) for row in C),
                 activation=activation, beta=beta, readout=readout,
                 label_noise=noise, loss=loss, indices=tuple(indices), batch_size=B, noise_ratio=eps,

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import sympy as sp
 
-from symattn import reference as R
 from symattn.codegen import runtime
 from symattn.codegen.emit import exp_as_powers
 from symattn.codegen.systems import compiled
 from symattn.derivation import derive, retruncate, store
+from symattn.derivation import state as R
 from symattn.spec import load_spec
 
 TOL = 1e-10

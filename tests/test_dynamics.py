@@ -28,9 +28,9 @@ import numpy as np
 import pytest
 
 from symattn import load_spec
-from symattn import reference as R
 from symattn.codegen.systems import compiled
 from symattn.derivation import derive
+from symattn.derivation import state as R
 from symattn.integration import integrate
 from symattn.simulation import simulate
 

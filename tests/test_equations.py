@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 import sympy as sp
 
-from symattn import reference
 from symattn.codegen.systems import compiled
 from symattn.derivation import derive
+from symattn.derivation import state as reference
 from symattn.spec import load_spec
 
 CASES = {
@@ -185,16 +185,17 @@ def _dense(m):
 @pytest.mark.parametrize("case", sorted(MATRIX_CASES))
 def test_matrix_flow_is_the_engines_vector_field(case):
     """``matrix_flow(spec)``'s factor drifts (dW, dS, dU and dV), evaluated on a size-12 realisation with Φ's
-    gradients there, equal the matrix-level engine's vector field (``spectral._Flow.rhs``, each kind's
+    gradients there, equal the matrix-level engine's vector field (``spectral.field.Flow.rhs``, each kind's
     ``matrix_velocity``) to round-off; the untied mean force from the paper's (27), (30):
     β̄ = −2 Σ_l [GΩ_kl (tr M_l B + tr A M_l) + GΨ_kl (tr M_lᵀ B + tr A M_lᵀ)]/(tr A + tr B)."""
     from symattn.derivation.matrix_flow import matrix_flow
     from symattn.derivation.potential import Potential
-    from symattn.spectral import _Flow, initial_realisation
+    from symattn.spectral import initial_realisation
+    from symattn.spectral.field import Flow
     src, settings = MATRIX_CASES[case]
     spec = load_spec(src, settings=settings)
     N = 12
-    flow = _Flow(spec, initial_realisation(spec, N, seed=1), N, Potential(spec))
+    flow = Flow(spec, initial_realisation(spec, N, seed=1), N, Potential(spec))
     flow.relax(flow.mats)
     y = flow.pack()
     v = flow.rhs(0.0, y)

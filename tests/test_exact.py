@@ -109,9 +109,9 @@ def test_balancedness_is_conserved_or_decays_in_the_hierarchy_and_the_matrix_lev
     lambdified equations) and the matrix-level slow phase (its flow on U, V at N = 120), to 1e-7 / 1e-6."""
     from scipy.integrate import solve_ivp
 
-    from symattn import reference
+    from symattn.derivation import state as reference
     from symattn.derivation.potential import Potential
-    from symattn.spectral import _Flow
+    from symattn.spectral.field import Flow
     spec = load_spec(UNTIED, settings={"training.weight_decay": gamma})
     system = derive(spec, 3)
     y0 = reference.initial(system, "free")
@@ -122,7 +122,7 @@ def test_balancedness_is_conserved_or_decays_in_the_hierarchy_and_the_matrix_lev
     assert B[0] > 0.1
     assert np.allclose(B, B[0] * np.exp(-4 * gamma * times), rtol=1e-7), B
     N = 120
-    flow = _Flow(spec, initial_realisation(spec, N, 0), N, Potential(spec))
+    flow = Flow(spec, initial_realisation(spec, N, 0), N, Potential(spec))
     flow.relax(flow.mats)
     sol = solve_ivp(flow.rhs, (0, T), flow.pack(), t_eval=times, rtol=1e-10, atol=1e-12)
     b = np.array([_balance_of(*(p[0] for p in flow.unpack(y)[0].value)) for y in sol.y.T])

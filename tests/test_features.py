@@ -333,8 +333,8 @@ def test_hierarchy_with_features_follows_the_matrix_level_in_its_window():
 
 
 def _untied_start(law=TWO):
-    from symattn import reference as R
     from symattn.derivation import derive
+    from symattn.derivation import state as R
     spec = spec_with("untied_h2_L1", law)
     system = derive(spec, 4)
     y0 = R.initial(system, "free")

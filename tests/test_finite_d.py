@@ -99,7 +99,7 @@ def test_leading_part_is_the_limit_potential(name):
     """The d⁰ terms of Φ_d, at random matrices, equal the limit Φ (Wick in the Gaussian G) at their order
     parameters: two independent derivations of the same number."""
     from symattn.derivation.potential import Potential
-    from symattn.simulation.measure import order_parameters
+    from symattn.measure import order_parameters
     spec = CASES[name]
     F = FiniteDPotential(spec)
     d = 40
@@ -189,7 +189,7 @@ def test_limit_potential_is_the_large_d_limit_of_the_exact_loss(src):
     standard errors of the difference (measured: tied h2 0.663 and 0.659, direct h2 1.398 and 1.414; the spread at
     small d is larger, 0.119 at d = 25)."""
     from symattn.derivation.potential import Potential
-    from symattn.simulation.measure import order_parameters
+    from symattn.measure import order_parameters
     spec = load_spec(src)
     F, P = FiniteDPotential(spec), Potential(spec)
     scaled = {}

@@ -6,10 +6,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from symattn import reference as R
 from symattn.codegen.load import import_module
 from symattn.codegen.systems import source
 from symattn.derivation import derive
+from symattn.derivation import state as R
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = {tomllib.loads(p.read_text())["name"]: p for p in (ROOT / "examples").glob("*.toml")}

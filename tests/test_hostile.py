@@ -1,7 +1,7 @@
 """Hostile input, the families of issue #43 (tried as a new user would), one test per family: every case ends with
 the behaviour the project promises — one line and exit 2 for bad input, 3 for a numerical failure, 130/143 for an
 interrupt, no traceback, no wrong number with exit 0, no destroyed or half-written file — by the general mechanism
-(``symattn.files`` for outputs and inputs, ``cli.LIMITS`` for option limits, the spec's checks for expressions).
+(``symattn.files`` for outputs and inputs, ``symattn.limits`` for option limits, the spec's checks for expressions).
 Refusals come before the work; the work a command started is counted (``work``), never timed.
 """
 from __future__ import annotations
@@ -53,13 +53,14 @@ def work(monkeypatch):
     def spy(owner, attr, label):
         orig = getattr(owner, attr)
         monkeypatch.setattr(owner, attr, lambda *a, **k: started.append(label) or orig(*a, **k))
-    from symattn import derivation, spectral
+    from symattn import derivation
     from symattn.derivation import potential as pot
     from symattn.simulation import sgd
+    from symattn.spectral.field import Flow
     spy(pot, "adaptive_orders", "quadrature")
     spy(derivation, "derive", "derivation")
     spy(sgd.Model, "step", "sgd")
-    spy(spectral, "_start", "flow")
+    spy(Flow, "__init__", "flow")
     return started
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from symattn import reference as R
+from symattn.derivation import state as R
 from symattn.errors import SpecError
 from symattn.initial import free_moments, sample_moments
 from symattn.kinds import KINDS, alphabet_of
@@ -195,7 +195,7 @@ def test_limit_drift_is_the_exact_population_drift_of_a_quadratic_loss(name):
 
 @pytest.mark.parametrize("name", ALL)
 def test_reference_and_generated_backends_agree(name):
-    """The reference backend (``symattn.reference``: NumPy, the Python expectations, the Newton of
+    """The reference backend (``symattn.derivation.state``: NumPy, the Python expectations, the Newton of
     ``derivation.means`` with the exact Hessian) and the generated module (printed coefficient lines,
     compiled closed forms, the same Newton text with a finite-difference Jacobian) evaluate the one
     ``System`` of this kind's model alike: at a d = 16 sampled state, with and without SGD noise, to
@@ -210,3 +210,133 @@ def test_reference_and_generated_backends_agree(name):
         p = R.params(system, eps, y)
         ref = R.rhs(system, 0.0, y, p)
         np.testing.assert_allclose(mod.rhs(0.0, y, p), ref, rtol=1e-9, atol=1e-9 * np.abs(ref).max())
+
+
+# ------------------------------------------------------------------ the matrix-level protocol (symattn.spectral.protocol)
+def _protocol_cases():
+    """Every trainable kind, the tied one in both of its size-N forms (a factor W at width 0.5, S itself at 0.75)."""
+    cases = [(n, None) for n in ALL if KINDS[n].trainable]
+    return cases + [("tied", 0.5)] if any(KINDS[n].uses_width for n in ALL) else cases
+
+
+def _letter_matrices(spec, mats, N) -> dict:
+    """Every index's letters as dense N×N matrices: S (M = UVᵀ for a pair), T = Sᵀ, and a pair's A = UUᵀ, B = VVᵀ."""
+    out = {}
+    for l, M in enumerate(mats):
+        S = M.dense(N)
+        out[(l, "S")], out[(l, "T")] = S, S.T
+        if M.kind == "pair":
+            U, V = M.value
+            out[(l, "A")], out[(l, "B")] = U @ U.T, V @ V.T
+    return out
+
+
+def _product(letters, word, N):
+    P = np.eye(N)
+    for x in word:
+        P = P @ letters[x]
+    return P
+
+
+class _Keys(dict):
+    def __missing__(self, key):                       # letter_flow asks for coefficient indices: the names themselves
+        return key
+
+
+def _protocol_setup(name, width):
+    from symattn.spectral import initial_realisation
+    settings = {"indices.student.width": width} if width is not None else None
+    spec = load_spec(spec_with(name).raw, settings=settings)
+    N = 8
+    mats = initial_realisation(spec, N, seed=3)
+    return spec, N, mats
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_every_kind_implements_the_matrix_level_protocol(name):
+    """Each kind is a ``MatrixLevelKind`` and realises its law at size N = 64 as one of the engine's representations,
+    with Tr S/N and Tr S²/N at the law's free moments within 3/N·(1 + |μ|) (quantile spectra: the discretisation
+    and, for a product of two factors, the O(1/N) of their rotations)."""
+    from symattn.matrix import Mat
+    from symattn.spectral import MatrixLevelKind
+    from symattn.symbolic import freeprob
+    kind = KINDS[name]
+    assert isinstance(kind, MatrixLevelKind)
+    spec = spec_with(name)
+    k = next(i for i, ix in enumerate(spec.indices) if ix.kind is kind)
+    form, value = kind.realise(spec.indices[k], 64, np.random.default_rng(0), False)
+    M = Mat(form, value)
+    assert form in ("scalar", "diag", "factor", "dense", "ndense", "pair")
+    mu = freeprob.free_moments_float([((0, "S"),), ((0, "S"), (0, "S"))], [kind.law(spec.indices[k])])
+    S = M.dense(64)
+    got = [np.trace(S) / 64, np.trace(S @ S) / 64]
+    assert np.all(np.abs(np.array(got) - mu) <= 3.0 / 64 * (1 + np.abs(mu))), (name, got, mu)
+
+
+@pytest.mark.parametrize("name,width", _protocol_cases())
+def test_matrix_velocity_is_the_letter_flow(name, width):
+    """The size-N velocity of each trainable kind (``matrix_velocity``) moves its letters as the hierarchy's letter
+    flow says (``letter_flow``): at random gradient matrices GΩ, GΨ (Γ = GΩ + GΨ) and a weight decay γ = 0.3, the
+    derivative of every letter along the velocity (central differences: the letters are at most quadratic in the
+    parts, so exact to round-off) equals Σ coefficient·factor·(its word of letters), to 1e-9 relative. An untied
+    kind's force β (docs/theory.md §6: it balances the gradient's push on tr M) is solved from the letter flow's own
+    gradient terms, tr Ṁ = 0 without the decay, independently of the velocity's formula for it."""
+    from symattn.matrix import stack
+    from symattn.spectral.field import Context
+    spec, N, mats = _protocol_setup(name, width)
+    k, K = spec.students[0], spec.K
+    kind = spec.indices[k].kind
+    rng = np.random.default_rng(5)
+    omega, psi, wd = rng.standard_normal((1, K, K)), rng.standard_normal((1, K, K)), 0.3
+    batch = [stack([m]) for m in mats]
+    parts = kind.matrix_velocity(k, Context(batch, (omega, psi), {}, wd, K))
+    vel = [np.asarray(p)[0] for p in parts]
+    h = 1e-6
+    moved = [_letter_matrices(spec, [m if i != k else m.with_parts([p + s * h * v for p, v in zip(m.parts(), vel)])
+                                     for i, m in enumerate(mats)], N) for s in (1, -1)]
+    letters = _letter_matrices(spec, mats, N)
+    values = {"gamma": wd}
+    for l in range(K):
+        values.update({f"GO_{k}_{l}": omega[0, k, l], f"GP_{k}_{l}": psi[0, k, l],
+                       f"Gamma_{k}_{l}": omega[0, k, l] + psi[0, k, l]})
+    flows = kind.letter_flow(k, K, _Keys(), [ix.symmetric for ix in spec.indices])
+
+    def rate(items, beta):
+        return sum(c * (beta if key == f"beta_{k}" else values[key]) * _product(letters, word, N)
+                   for key, word, c in items)
+    beta = 0.0
+    if any(key == f"beta_{k}" for items in flows.values() for key, _, _ in items):
+        push = [it for it in flows[(k, "S")] if it[0] != "gamma"]      # β balances the gradient's push on tr M
+        r0, r1 = np.trace(rate(push, 0.0)), np.trace(rate(push, 1.0))
+        beta = -r0 / (r1 - r0)
+    for letter, items in flows.items():
+        want = rate(items, beta)
+        got = (moved[0][letter] - moved[1][letter]) / (2 * h)
+        scale = 1.0 + np.abs(want).max()
+        assert np.abs(got - want).max() <= 1e-6 * scale, (name, letter, np.abs(got - want).max())
+
+
+@pytest.mark.parametrize("name,width", _protocol_cases())
+def test_noise_map_is_the_fluctuation_form(name, width):
+    """The size-N noise map of each trainable kind (``noise_map``, an increment X symmetric for a symmetric kind)
+    changes its letters at first order as the hierarchy's fluctuation forms say (``fluctuation_forms``:
+    Σ coefficient·(left word)·X or Xᵀ·(right word)), central differences in X to 1e-8 relative; a zero increment
+    leaves it unchanged. And ``split_degree``/``reads_square`` answer for its representation."""
+    spec, N, mats = _protocol_setup(name, width)
+    k = spec.students[0]
+    kind, M = spec.indices[k].kind, mats[k]
+    X = np.random.default_rng(8).standard_normal((N, N))
+    if M.symmetric:
+        X = 0.5 * (X + X.T)
+    same = kind.noise_map(M, 0.0 * X)
+    assert all(np.array_equal(a, b) for a, b in zip(same.parts(), M.parts()))
+    h = 1e-5
+    moved = [_letter_matrices(spec, [m if i != k else kind.noise_map(M, s * h * X) for i, m in enumerate(mats)], N)
+             for s in (1, -1)]
+    letters = _letter_matrices(spec, mats, N)
+    for (l, op) in kind.letters(k):
+        want = sum(c * _product(letters, left, N) @ (X if dt == "d" else X.T) @ _product(letters, right, N)
+                   for left, dt, right, c in kind.fluctuation_forms((l, op)))
+        got = (moved[0][(l, op)] - moved[1][(l, op)]) / (2 * h)
+        assert np.abs(got - want).max() <= 1e-8 * (1 + np.abs(want).max()), (name, op)
+    assert kind.split_degree(M) in (1, 2) and isinstance(kind.reads_square(M), bool)

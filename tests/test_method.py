@@ -1,4 +1,5 @@
-"""``--method auto`` (symattn/method.py): which theory runs, and what the default commands report."""
+"""The theory façade (``symattn.methods``): which theory ``auto`` runs, that every caller runs it with the same
+defaults, that a method refuses an option it does not take by name, and what the default commands report."""
 from __future__ import annotations
 
 import csv
@@ -7,7 +8,7 @@ import numpy as np
 import pytest
 
 from symattn.cli import main
-from symattn.method import resolve
+from symattn.methods import resolve
 from symattn.spec import load_spec
 
 
@@ -18,8 +19,69 @@ def test_auto_picks_the_closed_hierarchy_where_exact_and_the_matrix_level_elsewh
         assert resolve(load_spec(name), "auto") == "spectral"
         assert resolve(load_spec(name), "auto", truncation=4) == "moments"    # an explicit truncation
     assert resolve(load_spec("tied_h2_L1"), "moments") == "moments"
+    assert resolve(load_spec("tied_h2_L1"), "auto", log_time=True) == "moments"    # log-spaced times
+    assert resolve("residual_tied_softmax_L2", "auto") == "residual"
     with pytest.raises(ValueError, match="method"):
         resolve(load_spec("tied_h2_L1"), "fast")
+
+
+def test_every_caller_runs_the_same_default_theory(monkeypatch, tmp_path):
+    """The ``theory`` command, ``compare`` (free start) and a ``sweep`` theory task make the same run: the same
+    method and every option alike (``Plan.options``, defaults filled in), unless the caller says otherwise —
+    ``compare`` asks for more output times, here equal to the others'."""
+    from symattn import comparison
+    from symattn import sweeps as sweep
+    from symattn.methods import method as M
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def record(self):
+        seen.append((self.method.name, dict(self.options)))
+        raise Stop
+    monkeypatch.setattr(M.Plan, "run", record)
+    spec = load_spec("tied_h2_L1_small")
+    main(["theory", "tied_h2_L1_small", "--time", "0.05", "--points", "51", "--quiet"])
+    with pytest.raises(Stop):
+        comparison.theory_for(comparison.theory_plans(spec, 0.05, 51, None, "free", None, True, "auto", None))
+    with pytest.raises(Stop):
+        sweep._theory_table(spec, {"time": 0.05, "points": 51, "seed": 0, "dim": None})
+    assert len(seen) == 3 and seen[0][0] == "spectral"
+    assert seen[0] == seen[1] == seen[2], seen
+    assert seen[0][1]["size"] == 128 and seen[0][1]["rotations"] == 4 and seen[0][1]["realisations"] == 1
+
+
+@pytest.mark.parametrize("method, option, value", [
+    ("moments", "size", 64), ("moments", "spectra", True), ("spectral", "truncation", 6), ("spectral", "log_time", True),
+    ("fast_phase", "truncation", 4), ("finite_d", "rotations", 2),
+])
+def test_an_option_a_method_does_not_take_is_refused_by_name(method, option, value):
+    """One generic check for every method (each declares its options): the error names the option, in the
+    command line's spelling there (``--size``) and the keyword's in Python."""
+    from symattn.errors import UsageError
+    from symattn.methods import plan
+    spec = "untied_h2_L1" if method == "fast_phase" else "tied_h2_L1_small"
+    with pytest.raises(UsageError) as exc:
+        plan(spec, method, dim=20, **{option: value})
+    assert str(exc.value).startswith(f"{option}: not with method {method!r}")
+    with pytest.raises(UsageError) as exc:
+        plan(spec, method, cli=True, dim=20, **{option: value})
+    assert str(exc.value).startswith("--" + option.replace("_", "-") + ": not with")
+
+
+def test_the_theory_table(tmp_path):
+    """``theory`` returns one result type for every method: columns, ``_err``, the options it ran with, CSV."""
+    from symattn import theory
+    t = theory("tied_h2_L1_small", time=0.02, points=3)
+    assert t.method == "spectral" and t.options["size"] == 128 and "loss" in t.columns and "loss" in t.errors
+    assert "loss_err" not in t.columns and np.all(t.errors["loss"] >= 0)
+    t.to_csv(tmp_path / "t.csv")
+    assert list(csv.DictReader(open(tmp_path / "t.csv")))[0].keys() == t.table.keys()
+    m = theory("direct_h2_L1_small", time=0.02, points=3)
+    assert m.method == "moments" and m.options["truncation"] == 2 and m.errors == {}
+    f = theory("untied_h2_L1", "fast_phase", time=1.0, points=3)
+    assert f.method == "fast_phase" and "student" in f.info["m_star"]
 
 
 def _read(path):

@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 
 from symattn import load_spec
-from symattn import reference as R
 from symattn.derivation import derive
+from symattn.derivation import state as R
 from symattn.integration import integrate
 from symattn.simulation import Model, draw_initial, simulate
 

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import sympy as sp
 
-from symattn import reference
 from symattn.derivation import derive
+from symattn.derivation import state as reference
 from symattn.derivation.potential import Potential
 from symattn.derivation.recovery import recovery
 from symattn.initial import initial_order_parameters

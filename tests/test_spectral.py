@@ -18,7 +18,6 @@ from symattn.spectral import (
     haar_orthogonal,
     initial_realisation,
     plot_spectra,
-    run_spectral_from_args,
     semicircle_quantiles,
     solve_spectral,
 )
@@ -307,14 +306,14 @@ def test_nan_gradient_raises_numerical_failure(monkeypatch):
 
 
 def test_csv_plot_and_cli_helpers(tmp_path):
-    from symattn.cli import build_parser
+    from symattn.cli import main
+    from symattn.methods import theory
     out, spectra, png = tmp_path / "th.csv", tmp_path / "sp.csv", tmp_path / "sp.png"
-    args = build_parser().parse_args(["theory", "x", "--method", "spectral", "--size", "40", "--time", "0.2",
-                                      "--points", "3", "--out", str(out), "--spectra", str(spectra),
-                                      "--spectra-plot", str(png)])
-    res = run_spectral_from_args(H2, args)
-    assert not out.exists()                       # the table is the caller's to write (once)
-    res.to_csv(out)
+    assert main(["theory", "tied_h2_L1_small", "--method", "spectral", "--size", "40", "--time", "0.2", "--points",
+                 "3", "--out", str(out), "--spectra", str(spectra), "--spectra-plot", str(png), "--quiet"]) == 0
+    table = theory(H2, "spectral", size=40, time=0.2, points=3, spectra=True)
+    res = table.result
+    assert table.spectra is res.spectra and table.options["rotations"] == 4
     with open(out) as fh:
         rows = list(csv.reader(fh))
     head = rows[0]
@@ -381,7 +380,8 @@ def test_untied_h2_zero_teacher_mean_stays_uninformative_to_tau_1():
     λ ≈ 6.9 whatever N (measured 7.26, 6.84 at N = 50, 100 on τ ∈ [0.05, 0.2]: the transient before the
     unstable mode dominates), so such a realisation escapes by τ ≈ 0.3–0.5; h1 (linear), whose Φ
     couples at zero overlap, is not decoupled."""
-    from symattn.spectral import _integrate, decoupled_teachers
+    from symattn.spectral import decoupled_teachers
+    from symattn.spectral.deterministic import integrate_deterministic
     spec = _untied("h2")
     P = Potential(spec)
     assert decoupled_teachers(spec, P) == [1] and decoupled_teachers(_untied("linear"), Potential(_untied("linear"))) == []
@@ -394,7 +394,7 @@ def test_untied_h2_zero_teacher_mean_stays_uninformative_to_tau_1():
     times = np.linspace(0.0, 0.2, 5)
     rates = []
     for N in (50, 100):                                   # the Haar realisation (odd=()): it escapes
-        tab, _, _ = _integrate(spec, P, N, 0, times, "DOP853", 1e-8, None, spectra=False)
+        tab, _, _ = integrate_deterministic(spec, P, N, 0, times, "DOP853", 1e-8, None, spectra=False)
         ov = np.abs(tab["overlap_student_teacher"][0])          # realisation 0 (of a batch of one)
         rates.append(np.log(ov[4] / ov[1]) / (times[4] - times[1]))
     print("untied h2, m_t = 0, Haar realisations: growth rates of the overlap", rates)

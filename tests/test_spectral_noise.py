@@ -20,12 +20,14 @@ import numpy as np
 import pytest
 
 from symattn import load_spec
-from symattn import reference as R
 from symattn.codegen.systems import compiled
 from symattn.derivation import derive
+from symattn.derivation import state as R
 from symattn.derivation.noise import nu_expectations
 from symattn.integration import integrate
-from symattn.spectral import _Flow, _Noise, initial_realisation, solve_spectral
+from symattn.spectral import initial_realisation, solve_spectral
+from symattn.spectral.field import Flow
+from symattn.spectral.noise import Noise
 
 
 def make(act="linear", sigma=1.0, sigma_t=1.0, M=4, eps=0.1, kind="tied", teacher=None, width=1.0):
@@ -118,8 +120,8 @@ def test_generator_matches_noisy_hierarchy(kind, teacher, act, sigma, N, width):
     r_eps, r_0 = mod.rhs(0.0, mu, R.params(system, eps)), mod.rhs(0.0, mu, R.params(system, 0.0))
     cols = columns(spec)
 
-    flow = _Flow(spec, mats, N, system.potential)             # a batch of one realisation
-    noise = _Noise(flow, nu_expectations(system.potential), eps, np.random.default_rng(7))
+    flow = Flow(spec, mats, N, system.potential)             # a batch of one realisation
+    noise = Noise(flow, nu_expectations(system.potential), eps, np.random.default_rng(7))
 
     def first(batch):                                         # realisation 0 of batched matrices
         return [m.take(0) for m in batch]
@@ -216,7 +218,7 @@ def test_student_t_quantiles():
     """The 97.5 % Student t of the realisations' error bar, against SciPy's."""
     from scipy import stats
 
-    from symattn.spectral import t975
+    from symattn.spectral.estimate import t975
     for dof in range(1, 41):
         assert t975(dof) == pytest.approx(stats.t.ppf(0.975, min(dof, 30)), abs=5e-4)
 
@@ -224,34 +226,34 @@ def test_student_t_quantiles():
 
 @pytest.mark.parametrize("sign", [1.0, -1.0])
 def test_pair_increments_have_the_gaussian_pair_moments(sign):
-    """``spectral._pair_sum`` draws (G ± Gᵀ)/√2 as its upper triangle, written into a given array: the second
+    """``spectral.noise.pair_sum`` draws (G ± Gᵀ)/√2 as its upper triangle, written into a given array: the second
     moments E[Z_ab Z_cd] = δ_ac δ_bd + sign·δ_ad δ_bc (all the O(ε) limit reads) over 20 000 draws of a
     4 × 4 matrix (standard error of each moment ≤ √6/√20 000 = 0.017; tolerance 0.07), exactly (anti)symmetric,
     and the same draws, scaled, whether written into a given array or a new one."""
-    from symattn.spectral import _pair_sum
+    from symattn.spectral.noise import pair_sum
     n, draws = 4, 20_000
     rng = np.random.default_rng(11)
-    Z = np.array([_pair_sum(rng, n, sign) for _ in range(draws)])
+    Z = np.array([pair_sum(rng, n, sign) for _ in range(draws)])
     assert np.array_equal(Z, sign * Z.swapaxes(1, 2))
     moments = np.einsum("sab,scd->abcd", Z, Z) / draws
     eye = np.eye(n)
     expected = np.einsum("ac,bd->abcd", eye, eye) + sign * np.einsum("ad,bc->abcd", eye, eye)
     assert np.max(np.abs(moments - expected)) < 0.07
     out = np.full((n, n), np.nan)
-    a = _pair_sum(np.random.default_rng(3), n, sign, scale=0.5, out=out)
-    assert a is out and np.array_equal(a, 0.5 * _pair_sum(np.random.default_rng(3), n, sign))
+    a = pair_sum(np.random.default_rng(3), n, sign, scale=0.5, out=out)
+    assert a is out and np.array_equal(a, 0.5 * pair_sum(np.random.default_rng(3), n, sign))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_box_muller_normals(dtype):
-    """``spectral._normals`` (Box–Muller on uniforms in the flow's precision) against N(0, scale²): 400 000 draws,
+def test_box_mullernormals(dtype):
+    """``spectral.noise.normals`` (Box–Muller on uniforms in the flow's precision) against N(0, scale²): 400 000 draws,
     Kolmogorov–Smirnov p > 10⁻³ for the standardised draws (a fixed seed; a wrong law gives p ≈ 0), mean, variance
     and fourth moment within 5 standard errors (σ/√n = 0.0016, √2/√n = 0.0022, √96/√n = 0.015), an odd count."""
     from scipy import stats
 
-    from symattn.spectral import _normals
+    from symattn.spectral.noise import normals
     n, scale = 400_001, 0.3
-    z = _normals(np.random.default_rng(5), n, dtype, scale)
+    z = normals(np.random.default_rng(5), n, dtype, scale)
     assert z.shape == (n,) and z.dtype == dtype
     x = z.astype(np.float64) / scale
     assert stats.kstest(x, "norm").pvalue > 1e-3
@@ -266,14 +268,15 @@ def test_dense_tied_flow_keeps_s_exactly_symmetric(dtype):
     Cash–Karp drift steps and every noise map after them leaves S bit-for-bit symmetric (a GEMM S·S in the
     vector field fails at the first drift step: at N = 100 OpenBLAS's product is not symmetric to the bit)."""
     from symattn.codegen.potential import compiled_potential
-    from symattn.spectral import _start
+    from symattn.spectral.noise import Noise
+    from symattn.spectral.realisation import start
     from symattn.stepping import CashKarp
     spec = load_spec("tied_h2_L1")
     P = compiled_potential(spec)
-    flow = _start(spec, P, 100, [0, 1], "free")
+    flow = start(spec, P, 100, [0, 1], "free")
     assert flow.mats[0].kind == "dense"
     flow.to_dtype(dtype)
-    noise = _Noise(flow, P.nu, 0.05, [np.random.default_rng(1), np.random.default_rng(2)])
+    noise = Noise(flow, P.nu, 0.05, [np.random.default_rng(1), np.random.default_rng(2)])
     y, t, h = flow.pack(), 0.0, 2e-3
     stages = np.empty((6, y.size), dtype=y.dtype)
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import symattn.spectral as S
+import symattn.spectral.stochastic as stochastic
 from symattn import load_spec
 from symattn.stepping import BogackiShampine, CashKarp
 
@@ -87,7 +88,7 @@ def test_choice_of_pair_within_tolerance(path, T, monkeypatch):
 
     auto = solve()
     auto_used = set(used)
-    monkeypatch.setattr(S, "DRIFTS", (CashKarp,))
+    monkeypatch.setattr(stochastic, "DRIFTS", (CashKarp,))
     used.clear()
     ck = solve()
     assert set(used) == {CashKarp}

@@ -24,7 +24,7 @@ from symattn.cli import main
 from symattn.integration import read_csv
 from symattn.simulation import simulate
 from symattn.spec import load_spec
-from symattn.sweep import collect, expand, load_grid, sweep
+from symattn.sweeps import collect, expand, load_grid, sweep
 
 GRID = """
 spec = "tied_h2_L1_small"
@@ -163,7 +163,7 @@ def test_theory_tasks_run_what_theory_runs_and_tables_are_grid_values(tmp_path):
     import csv
 
     from symattn.derivation.finite_d import solve_finite_d
-    from symattn.method import DEFAULT_ROTATIONS, DEFAULT_SIZE
+    from symattn.methods import DEFAULT_ROTATIONS, DEFAULT_SIZE
     from symattn.spectral import solve_spectral
     law = {"law": "two_level", "ratio": 3.0, "weight": 0.25}
     sched = {"kind": "cosine", "horizon": 0.02}

@@ -6,13 +6,13 @@ import warnings
 import numpy as np
 import pytest
 
-from symattn import reference as R
 from symattn.codegen.systems import compiled
 from symattn.derivation import derive
+from symattn.derivation import state as R
 from symattn.derivation.potential import Potential
+from symattn.derivation.state import fast_phase
 from symattn.derivation.untied import untied_coefficient_rules, untied_letter_flows
 from symattn.integration import integrate
-from symattn.reference import fast_phase
 from symattn.spec import load_spec
 from symattn.symbolic.loss import build_loss
 

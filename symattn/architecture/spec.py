@@ -11,24 +11,14 @@ is ``student`` when it is trained and ``teacher`` when it is frozen (the whole t
 from __future__ import annotations
 
 import copy
+import os
 import re
 from dataclasses import dataclass, field
 
 from ..errors import SpecError
 from ..kinds import KINDS
-from ..spec import (
-    MAX_BATCH,
-    MAX_BETA,
-    MAX_SCALE,
-    MAX_TOKENS,
-    Index,
-    _check_activation,
-    _fail,
-    _index,
-    _number,
-    _table,
-    read_raw,
-)
+from ..spec import MAX_BATCH, MAX_BETA, MAX_SCALE, MAX_TOKENS, Index, check_activation, parse_index, read_raw
+from ..validation import fail, number, table
 
 _TOP_KEYS = {"name", "model", "student", "teacher", "training"}
 _MODEL_KEYS = {"tokens", "activation", "beta", "label_noise"}
@@ -98,17 +88,17 @@ class ResidualSpec:
 
 
 def _factor(src, key, raw, name, frozen, seen, default_par):
-    raw = _table(src, key, raw if raw is not None else {"parameterization": default_par}, _FACTOR_KEYS)
+    raw = table(src, key, raw if raw is not None else {"parameterization": default_par}, _FACTOR_KEYS)
     raw = dict(raw)
     kind = KINDS.get(raw.get("parameterization", default_par))
     trained = raw.pop("trained", not frozen and (kind is None or kind.trainable))
     if not isinstance(trained, bool):
-        _fail(src, f"{key}.trained", f"expected true or false, got {trained!r}")
+        fail(src, f"{key}.trained", f"expected true or false, got {trained!r}")
     if frozen and trained:
-        _fail(src, f"{key}.trained", "a teacher factor is frozen")
+        fail(src, f"{key}.trained", "a teacher factor is frozen")
     raw.update(name=name, role="student" if trained else "teacher")
     raw.setdefault("parameterization", default_par)
-    ix = _index(src, 0, raw, seen, key=key, keys=_FACTOR_KEYS | {"name", "role"})
+    ix = parse_index(src, 0, raw, seen, key=key, keys=_FACTOR_KEYS | {"name", "role"})
     seen.add(ix.name)
     return ix
 
@@ -116,26 +106,26 @@ def _factor(src, key, raw, name, frozen, seen, default_par):
 def _array(src, key, value, limit, empty=False):
     """A TOML array of tables of at most ``limit`` entries (non-empty unless ``empty``)."""
     if not isinstance(value, list) or (not value and not empty):
-        _fail(src, key, f"expected a {'' if empty else 'non-empty '}array of tables [[{key}]]")
+        fail(src, key, f"expected a {'' if empty else 'non-empty '}array of tables [[{key}]]")
     if len(value) > limit:
-        _fail(src, key, f"at most {limit} entries are supported, got {len(value)}")
+        fail(src, key, f"at most {limit} entries are supported, got {len(value)}")
     return value
 
 
 def _network(src, key, raw, prefix, frozen, seen):
-    raw = _table(src, key, raw, _NET_KEYS)
+    raw = table(src, key, raw, _NET_KEYS)
     layers = []
     for m, lr in enumerate(_array(src, f"{key}.layers", raw.get("layers", []), MAX_LAYERS, empty=True)):
         lk = f"{key}.layers[{m}]"
-        heads_raw = _array(src, f"{lk}.heads", _table(src, lk, lr, _LAYER_KEYS).get("heads"), MAX_HEADS)
+        heads_raw = _array(src, f"{lk}.heads", table(src, lk, lr, _LAYER_KEYS).get("heads"), MAX_HEADS)
         heads = []
         for h, hr in enumerate(heads_raw):
             hk = f"{lk}.heads[{h}]"
-            hr = _table(src, hk, hr, _HEAD_KEYS)
+            hr = table(src, hk, hr, _HEAD_KEYS)
             tag = f"{m + 1}" + (chr(ord("a") + h) if len(heads_raw) > 1 else "")
             for part in ("key_query", "value"):
                 if part not in hr:
-                    _fail(src, f"{hk}.{part}", "required (a table with parameterization, init_scale, …)")
+                    fail(src, f"{hk}.{part}", "required (a table with parameterization, init_scale, …)")
             kq = _factor(src, f"{hk}.key_query", hr["key_query"], f"{prefix}S{tag}", frozen, seen, "tied")
             v = _factor(src, f"{hk}.value", hr["value"], f"{prefix}V{tag}", frozen, seen, "general")
             heads.append(Head(kq, v))
@@ -151,34 +141,34 @@ def load_residual(source) -> ResidualSpec:
     if isinstance(source, ResidualSpec):
         return source
     raw, src = read_raw(source)
-    raw = _table(src, "", raw, _TOP_KEYS)
+    raw = table(src, "", raw, _TOP_KEYS)
     name = raw.get("name")
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_\-]+", name or ""):
-        _fail(src, "name", f"expected a file-name-safe string ([A-Za-z0-9_-]+), got {name!r}")
-    model = _table(src, "model", raw.get("model", {}), _MODEL_KEYS)
-    L = _number(src, "model.tokens", model.get("tokens", 2), low=1, integer=True)
+        fail(src, "name", f"expected a file-name-safe string ([A-Za-z0-9_-]+), got {name!r}")
+    model = table(src, "model", raw.get("model", {}), _MODEL_KEYS)
+    L = number(src, "model.tokens", model.get("tokens", 2), low=1, integer=True)
     if L > MAX_TOKENS:
-        _fail(src, "model.tokens", f"at most {MAX_TOKENS} tokens, got {L}")
-    activation = _check_activation(src, model.get("activation", "softmax"))
-    beta = _number(src, "model.beta", model.get("beta", 1.0))
+        fail(src, "model.tokens", f"at most {MAX_TOKENS} tokens, got {L}")
+    activation = check_activation(src, model.get("activation", "softmax"))
+    beta = number(src, "model.beta", model.get("beta", 1.0))
     if abs(beta) > MAX_BETA:
-        _fail(src, "model.beta", f"|β| must be <= {MAX_BETA:g}, got {beta:g}")
+        fail(src, "model.beta", f"|β| must be <= {MAX_BETA:g}, got {beta:g}")
     if activation == "softmax" and L < 2:
-        _fail(src, "model.tokens", "softmax over a single token is constant; use tokens >= 2")
-    noise = _number(src, "model.label_noise", model.get("label_noise", 0.0), low=0.0, high=MAX_SCALE)
+        fail(src, "model.tokens", "softmax over a single token is constant; use tokens >= 2")
+    noise = number(src, "model.label_noise", model.get("label_noise", 0.0), low=0.0, high=MAX_SCALE)
     seen = set()
     for part in ("student", "teacher"):
         if part not in raw:
-            _fail(src, part, "required: a table with [[" + part + ".layers]] and [[" + part + ".readout]]")
+            fail(src, part, "required: a table with [[" + part + ".layers]] and [[" + part + ".readout]]")
     student = _network(src, "student", raw["student"], "", False, seen)
     teacher = _network(src, "teacher", raw["teacher"], "T", True, seen)
     if not any(ix.trainable for ix in student.factors):
-        _fail(src, "student", "no factor is trained")
-    training = _table(src, "training", raw.get("training", {}), _TRAINING_KEYS)
-    B = _number(src, "training.batch_size", training.get("batch_size", 1), low=1, integer=True, high=MAX_BATCH)
-    eps = _number(src, "training.noise_ratio", training.get("noise_ratio", 0.01), low=0.0, strict=True,
+        fail(src, "student", "no factor is trained")
+    training = table(src, "training", raw.get("training", {}), _TRAINING_KEYS)
+    B = number(src, "training.batch_size", training.get("batch_size", 1), low=1, integer=True, high=MAX_BATCH)
+    eps = number(src, "training.noise_ratio", training.get("noise_ratio", 0.01), low=0.0, strict=True,
                   high=MAX_SCALE)
-    gamma = _number(src, "training.weight_decay", training.get("weight_decay", 0.0), low=0.0, high=MAX_SCALE)
+    gamma = number(src, "training.weight_decay", training.get("weight_decay", 0.0), low=0.0, high=MAX_SCALE)
     return ResidualSpec(name=name, tokens=L, activation=activation, beta=beta, label_noise=noise,
                         student=student, teacher=teacher, batch_size=B, noise_ratio=eps, weight_decay=gamma,
                         source=src, raw=copy.deepcopy(raw))
@@ -190,6 +180,8 @@ def is_residual(source) -> bool:
         return True
     if isinstance(source, dict):
         return "student" in source
+    if not isinstance(source, (str, os.PathLike)):
+        return False                       # a Spec (an attention-indexed model's) or anything else
     try:
         return "student" in read_raw(source)[0]
     except SpecError:

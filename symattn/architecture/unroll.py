@@ -135,7 +135,7 @@ def elementwise_activation(spec: ResidualSpec):
     """F(z) of an element-wise readout as a SymPy expression in ``z`` (None for the softmax)."""
     if spec.activation == "softmax":
         return None
-    from ..spec import activation_expr, activation_sympy
+    from ..expressions import activation_expr, activation_sympy
     F = activation_expr(spec.activation)
     return activation_sympy(spec.activation) if F is None else F
 

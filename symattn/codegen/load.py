@@ -1,29 +1,23 @@
 """Write generated modules and import them through a cache that cannot be poisoned or torn.
 
-The compiled-module cache is a per-user folder, ``$SYMATTN_CACHE`` or
-``$XDG_CACHE_HOME/symattn`` (default ``~/.cache/symattn``), with a subfolder per package and
-Numba version, created with mode 0700. A module is stored as ``m_<sha256 of its source>.py``,
+The compiled-module cache is the per-user folder of ``symattn.cache`` (``$SYMATTN_CACHE`` or
+``$XDG_CACHE_HOME/symattn``, a subfolder per package and Numba version, mode 0700). A module is stored as ``m_<sha256 of its source>.py``,
 written to a temporary file and renamed into place, so a concurrent job never reads half a
 module. On load the file's bytes are hashed again and compared with its name: a planted,
 edited or truncated file is never executed — it is rewritten from the source in hand. The
 verified bytes themselves are compiled (not re-read), so what runs is what was checked. A module's
 compiled quadrature kernels are stored apart (``k_<sha256>.py``), shared by every truncation.
-Where no cache folder can be written (a read-only home), a private temporary folder is used.
 """
 from __future__ import annotations
 
 import hashlib
 import importlib.util
-import os
-import stat
 import sys
-import tempfile
 from pathlib import Path
 
+from ..cache import cache_dir
 from ..errors import UsageError
 from ..files import atomic_write
-
-_FALLBACK: list = []
 
 
 def default_path(spec, truncation: int, root: str | Path = "generated") -> Path:
@@ -42,44 +36,6 @@ def write_module(source: str, path: str | Path) -> Path:
 
 def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def _versions() -> str:
-    import numba
-
-    from ..version import __version__
-    return f"symattn-{__version__}-numba{numba.__version__}"
-
-
-def _private_dir(path: Path) -> Path | None:
-    """``path`` created with mode 0700, or None when it cannot be made private to this user."""
-    try:
-        path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        st = path.stat()
-        if st.st_uid != os.getuid():
-            return None
-        if stat.S_IMODE(st.st_mode) & 0o077:
-            os.chmod(path, 0o700)
-        probe = path / f".probe-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-        return path
-    except OSError:
-        return None
-
-
-def cache_dir() -> Path:
-    """The per-user module cache (module docstring); a private temporary folder as fallback."""
-    root = os.environ.get("SYMATTN_CACHE")
-    if not root:
-        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        root = os.path.join(xdg, "symattn")
-    got = _private_dir(Path(root) / _versions())
-    if got is not None:
-        return got
-    if not _FALLBACK:
-        _FALLBACK.append(Path(tempfile.mkdtemp(prefix="symattn-cache-")))
-    return _FALLBACK[0]
 
 
 def _exec_verified(name: str, path: Path, data: bytes, names: dict | None = None):

@@ -39,7 +39,7 @@ def noise_values_source(system) -> str:
 
 
 def coefficient_lines(system) -> list:
-    """Generated-code version of ``reference.coefficients``: one line (or two) per coefficient rule."""
+    """Generated-code version of ``derivation.state.coefficients``: one line (or two) per coefficient rule."""
     G = gradient_entries(system.potential)
     lines = []
     for j, c in enumerate(system.coefficient_rules):

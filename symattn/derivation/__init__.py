@@ -33,7 +33,7 @@ def derive(spec, truncation: int | None = None, tol: float = 1e-8):
     """The limit ODE system of a spec at truncation M (direct, tied; untied in ``untied``).
 
     Returns a ``derivation.system.System`` (data: state layout, sparse terms, coefficient rules,
-    columns; ``reference`` evaluates it in NumPy, ``codegen.systems.compiled`` gives its compiled
+    columns; ``derivation.state`` evaluates it in NumPy, ``codegen.systems.compiled`` gives its compiled
     right-hand side). A model derived before is read from the per-user store
     (``derivation.store``: keyed by structure, initial laws, truncation and code, not by ε, B, γ).
     """

@@ -262,7 +262,7 @@ def solve_finite_d(spec, dim: int, time: float = 1.0, points: int = 51, seed: in
 
     from ..errors import NumericalFailure
     from ..initial import draw_initial
-    from ..simulation.measure import order_parameters
+    from ..measure import order_parameters
     spec = load_spec(spec)
     if int(dim) < 2:
         raise UsageError(f"--dim {dim}: the exact finite-d flow needs d >= 2")

@@ -98,6 +98,22 @@ class FlowSymbols:
             return base.T
         return self.A(k) if op == "A" else self.B(k)
 
+    def letter_drifts(self) -> dict:
+        """letter name → its drift from the kinds' letter flows (:func:`letter_drifts`)."""
+        return letter_drifts(self.spec, self)
+
+    def letter_name(self, letter) -> str:
+        """The name of a letter's drift entry: S_s, M_s, A_s, B_s, and St_s / Mt_s for a transpose."""
+        m = self.letter(letter)
+        if letter[1] == "T" and not self.spec.indices[letter[0]].symmetric:
+            base = m.arg
+            name = f"{base.name[0]}t_{self.syms[letter[0]]}"
+            self.latex_names[name] = self.latex_names[base] + r"^{\top}"
+        else:
+            name = m.name
+            self.latex_names[name] = self.latex_names[m]
+        return name
+
     def word(self, letters):
         """The product of a tuple of letters (the identity for the empty word)."""
         mats = [self.letter(x) for x in letters]
@@ -141,19 +157,6 @@ class MatrixFlow:
         return f"<MatrixFlow {self.spec.name}: {', '.join(self.factors)} (package time τ = nα/d)>"
 
 
-def _letter_name(c: FlowSymbols, letter) -> str:
-    """The name of a letter's drift entry: S_s, M_s, A_s, B_s, and St_s / Mt_s for a transpose."""
-    m = c.letter(letter)
-    if letter[1] == "T" and not c.spec.indices[letter[0]].symmetric:
-        base = m.arg
-        name = f"{base.name[0]}t_{c.syms[letter[0]]}"
-        c.latex_names[name] = c.latex_names[base] + r"^{\top}"
-    else:
-        name = m.name
-        c.latex_names[name] = c.latex_names[m]
-    return name
-
-
 def letter_drifts(spec, c: FlowSymbols) -> dict:
     """letter name → Σ factor · coefficient · (product of the replacement letters), from ``Kind.letter_flow``."""
     from ..kinds import metric_letters
@@ -164,7 +167,7 @@ def letter_drifts(spec, c: FlowSymbols) -> dict:
         flows = spec.indices[k].kind.letter_flow(k, spec.K, cidx, sym, metric_letters(spec))
         for letter, items in flows.items():
             terms = [sp.Rational(str(f)) * c.coef(names[key]) * c.word(repl) for key, repl, f in items]
-            out[_letter_name(c, letter)] = sp.MatAdd(*terms).doit()
+            out[c.letter_name(letter)] = sp.MatAdd(*terms).doit()
     return out
 
 
@@ -201,7 +204,7 @@ def noise_increments(spec, c: FlowSymbols) -> dict:
                 half = len(outer) // 2
                 terms.append(sp.Rational(str(f)) * sp.MatMul(c.word(outer[:half]), a, c.word(middle), b,
                                                               c.word(outer[half:])).doit())
-            out[_letter_name(c, letter)] = sp.MatAdd(*terms).doit()
+            out[c.letter_name(letter)] = sp.MatAdd(*terms).doit()
     return out
 
 

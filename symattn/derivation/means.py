@@ -5,7 +5,7 @@ through the fast phase dm_k/dt = −D_k ∂Φ/∂m_k (t = nα, moments frozen, D
 The Newton solver and the mean velocity are written once, in ``slaved_means.py.tmpl``: the
 generated module compiles that text (with its own ∂Φ/∂m and Jacobian), and this module runs it with
 the exact gradient and Hessian ∂²Φ/∂m² of ``Potential`` — for the NumPy reference backend
-(``symattn.reference``) and the matrix-level solver (``symattn.spectral``).
+(``symattn.derivation.state``) and the matrix-level solver (``symattn.spectral``).
 """
 from __future__ import annotations
 

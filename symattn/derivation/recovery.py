@@ -154,7 +154,7 @@ def recovery(spec, truncation: int | None = None) -> dict:
     spec = load_spec(spec)
     M = max(truncation or 3, min_truncation(spec))
     system = derive(spec, M)
-    from .. import reference
+    from . import state as reference
     y0 = reference.initial(system, "free")
     needed = set()                                    # the state entries the overlap columns read
     for k in spec.students:

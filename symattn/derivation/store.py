@@ -8,7 +8,7 @@ variance, which are run-time arguments. Those make the key; the stored object is
 generated module's source, pickled. On load the caller's spec replaces the stored one (in the system,
 its potential and its ν), so ε, B, γ and the label-noise variance are always the caller's.
 
-Files live in the module cache folder (``codegen.load.cache_dir``: private to the user, mode 0700) as
+Files live in the module cache folder (``symattn.cache.cache_dir``: private to the user, mode 0700) as
 ``d_<key>.pkl``, written atomically (a concurrent job never reads half a file); each holds the SHA-256
 of its payload, checked before unpickling, so a torn or edited file is ignored and rewritten. An
 object that cannot be stored (an unpicklable piece) is simply not stored.
@@ -49,7 +49,7 @@ def key(spec, truncation: int, tol: float) -> str:
 
 
 def _path(k: str) -> Path:
-    from ..codegen.load import cache_dir
+    from ..cache import cache_dir
     return cache_dir() / f"d_{k}.pkl"
 
 

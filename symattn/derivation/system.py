@@ -9,7 +9,7 @@ with ``coef`` given by ``coefficient_rules`` (a ``Coef`` per key) as functions o
 order parameters θ = y[theta_words] (the trainable means first moved onto ∂Φ/∂m = 0), of the
 run-time parameters params = [γ, ε, s², ν...] and of a few state entries. The CSV columns are
 ``columns`` (a ``Column`` each). Nothing here evaluates anything: the NumPy reference backend
-(``symattn.reference``) and the generated Numba module (``symattn.codegen``) interpret the same data;
+(``symattn.derivation.state``) and the generated Numba module (``symattn.codegen``) interpret the same data;
 Φ, ν and their derivatives (the coefficient functions) are the ``potential`` and ``nu`` expectations.
 """
 from __future__ import annotations

@@ -90,18 +90,18 @@ class Kind:
                         f"initial law for the matrix-level solver")
 
     def split_degree(self, M) -> int:
-        """Degree of its integrated size-N array in the trained parameters (``spectral._integrate_noisy``
+        """Degree of its integrated size-N array in the trained parameters (``spectral.stochastic``
         caps a step by the parameters' relative change, that of the array divided by this degree)."""
         return 1
 
     def reads_square(self, M, metric=None) -> bool:
         """Whether its ``matrix_velocity`` reads S Sᵀ of its size-N array ``M`` (``_Context.sym_anticommutator``):
-        the flow then traces Tr S²/N from that product instead of computing both (``spectral._Flow.theta``)."""
+        the flow then traces Tr S²/N from that product instead of computing both (``spectral.field.Flow.theta``)."""
         return False
 
     def noise_map(self, M, X, metric=None):
         """Its size-N matrix ``M`` (``symattn.matrix.Mat``) after the Gaussian-equivalent SGD noise
-        increment X (``spectral._Noise``): additive, S ← S − X (whitened: S̃ ← S̃ − ΣXΣ, ``metric`` = Σ's
+        increment X (``spectral.noise.Noise``): additive, S ← S − X (whitened: S̃ ← S̃ − ΣXΣ, ``metric`` = Σ's
         diagonal, symattn.features), unless the kind says otherwise."""
         if metric is not None:
             X = metric[:, None] * X * metric[None, :]

@@ -18,17 +18,15 @@ class Dense(Kind):
         return A
 
     def factor_flow(self, k, K, c):
-        """dS_k/dτ: S is its own factor, its flow the letter flow of S (``matrix_flow.letter_drifts``)."""
-        from ..derivation.matrix_flow import letter_drifts
+        """dS_k/dτ: S is its own factor, its flow the letter flow of S (``c.letter_drifts``)."""
         S = c.letter((k, "S"))
-        return {S.name: letter_drifts(c.spec, c)[S.name]}
+        return {S.name: c.letter_drifts()[S.name]}
 
     def letters_from_factors(self, k, factors, c):
         S = c.letter((k, "S"))
         out = {S.name: (factors[S.name], {})}
         if not self.symmetric:
-            from ..derivation.matrix_flow import _letter_name
-            out[_letter_name(c, (k, "T"))] = (factors[S.name].T, {})
+            out[c.letter_name((k, "T"))] = (factors[S.name].T, {})
         return out
 
     def whiten(self, state, root):

@@ -152,12 +152,11 @@ class Untied(Kind):
                 V.name: (-b * m * U - 2 * m * X.T * U - g * V).doit()}
 
     def letters_from_factors(self, k, factors, c):
-        from ..derivation.matrix_flow import _letter_name
         U, V = c.factor("U", k), c.factor("V", k)
         dU, dV = factors[U.name], factors[V.name]
         M, A, B = c.letter((k, "S")), c.letter((k, "A")), c.letter((k, "B"))
         pairs = {(U, V.T): M, (V, U.T): M.T, (U, U.T): A, (V, V.T): B}
-        return {M.name: (dU * V.T + U * dV.T, pairs), _letter_name(c, (k, "T")): (dV * U.T + V * dU.T, pairs),
+        return {M.name: (dU * V.T + U * dV.T, pairs), c.letter_name((k, "T")): (dV * U.T + V * dU.T, pairs),
                 A.name: (dU * U.T + U * dU.T, pairs), B.name: (dV * V.T + V * dV.T, pairs)}
 
     def fluctuation_forms(self, letter, metric=()):

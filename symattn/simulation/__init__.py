@@ -3,8 +3,8 @@
 Modules: ``init`` (initial matrices, §3/§7), ``sgd`` (one batched SGD step), ``measure`` (order
 parameters, test loss), ``run`` (seeds in parallel, table/CSV), ``torch_backend`` (all seeds batched on PyTorch).
 """
+from ..measure import column_names, order_parameters
 from .init import dense, draw_initial
-from .measure import column_names, order_parameters
 from .run import SimulationResult, run_seed, simulate
 from .sgd import Model
 

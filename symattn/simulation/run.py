@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import NumericalFailure, UsageError
+from ..measure import column_names, order_parameters, student_spectra, test_loss
 from ..progress import Progress, note
 from ..spec import Spec, SpecError, load_spec
 from ..symbolic.loss import build_loss
 from .init import BATCHES, TEST, draw_initial, stream
-from .measure import column_names, order_parameters, student_spectra, test_loss
 from .sgd import Model
 
 TEST_STREAM = TEST          # purpose word of the test-loss stream (simulation.init)

@@ -25,9 +25,9 @@ import math
 import numpy as np
 
 from ..errors import NumericalFailure, UsageError
+from ..measure import order_parameter_arrays
 from ..symbolic.loss import build_loss
 from .init import draw_initial, psd_sqrt
-from .measure import order_parameter_arrays
 from .sgd import factor_layout, scheduled
 
 

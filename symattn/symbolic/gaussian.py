@@ -12,11 +12,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import sympy as sp
 
-from ..spec import Spec
 from .loss import BETA, Loss, g_symbol  # noqa: F401  (BETA: with LABEL_NOISE, the law's symbols)
+
+if TYPE_CHECKING:
+    from ..spec import Spec
 
 
 def pair_name(spec: Spec, k: int, l: int) -> str:

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
 import sympy as sp
 
-from ..spec import Spec, activation_expr, activation_sympy, loss_sympy
+from ..expressions import activation_expr, activation_sympy, loss_sympy
+
+if TYPE_CHECKING:
+    from ..spec import Spec
 
 # the softmax inverse temperature β: a run-time parameter, like the label-noise variance. The MSE loss
 # depends on G only through βG, so a quadrature term is integrated at β = 1 over N(βμ, β²Σ)

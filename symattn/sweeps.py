@@ -59,10 +59,9 @@ def load_grid(path) -> dict:
     command = raw.get("command", "simulate")
     if command not in ("simulate", "theory"):
         raise SpecError(f"{path}: command: expected simulate or theory, got {command!r}")
-    from .method import METHODS
     method = raw.get("method", "auto")
-    if method not in METHODS:
-        raise SpecError(f"{path}: method: expected one of {', '.join(METHODS)}, got {method!r}")
+    if method not in ("auto", "moments", "spectral"):
+        raise SpecError(f"{path}: method: expected one of auto, moments, spectral, got {method!r}")
     exact = raw.get("exact_finite_d", False)
     if not isinstance(exact, bool):
         raise SpecError(f"{path}: exact_finite_d: expected true or false, got {exact!r}")
@@ -153,25 +152,13 @@ def run_task(task: dict, out) -> str:
 
 
 def _theory_table(spec, task: dict) -> dict:
-    """A theory task: the method ``theory`` would use (``method.resolve``: the grid's ``method``, default auto —
-    the closed hierarchy where it is exact, else the matrix level at the default size and rotations; the
-    hierarchy for log-spaced times), at the spec's ε at the task's d (its d-free value without one); with
+    """A theory task: what ``theory`` runs (``symattn.methods``, the same defaults: the grid's ``method``, default
+    auto) at the task's time, points, seed and d (the spec's ε at d; its d-free value without one); with
     ``exact_finite_d`` the exact expected-gradient flow at the task's d from its seed's matrices."""
-    from .method import DEFAULT_ROTATIONS, DEFAULT_SIZE, resolve
-    if task.get("exact_finite_d"):                 # theory --dim D --exact-finite-d --seed S
-        from .derivation.finite_d import solve_finite_d
-        return solve_finite_d(spec, task["dim"], time=task["time"], points=task["points"], seed=task["seed"])
-    log_time = task.get("log_time", False)
-    if resolve(spec, task.get("method", "auto")) == "spectral" and not log_time:
-        from .spectral import solve_spectral
-        eps = spec.epsilon(task["dim"])
-        return solve_spectral(spec, time=task["time"], points=task["points"], size=DEFAULT_SIZE, seed=task["seed"],
-                              rotations=DEFAULT_ROTATIONS, epsilon=eps or None, spectra=False).table
-    from .derivation import derive
-    from .integration import integrate
-    system = derive(spec, spec.truncation)
-    return integrate(system, time=task["time"], points=task["points"], dim=task["dim"], seed=task["seed"],
-                     log_time=log_time).table
+    from .methods import theory
+    method = "finite_d" if task.get("exact_finite_d") else task.get("method", "auto")
+    return theory(spec, method, time=task["time"], points=task["points"], seed=task["seed"], dim=task.get("dim"),
+                  log_time=task.get("log_time") or None).table
 
 
 def _run_one(args):

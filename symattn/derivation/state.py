@@ -1,4 +1,6 @@
-"""The NumPy reference backend of a derived ``System`` (docs/theory.md §4–§7): it interprets the
+"""The moment hierarchy's state vector and its NumPy backend (docs/theory.md §4–§7), for a derived ``System``.
+
+The NumPy backend interprets the
 system's data — coefficient rules, sparse terms, columns — with Φ, ν and their derivatives from the
 Python expectations (closed forms and quadrature), and runs the slaved-mean Newton of
 ``derivation.means``. The generated module (``codegen``) computes the same from the same data; the
@@ -11,9 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .derivation import system as S
-from .derivation.means import fast_flow, mean_velocity, relax_means, solve_means
-from .derivation.noise import quadrature_nu_names
+from . import system as S
+from .means import fast_flow, mean_velocity, relax_means, solve_means
+from .noise import quadrature_nu_names
 
 
 def theta(system, y) -> np.ndarray:
@@ -97,7 +99,7 @@ def pre_fast_state(system, init="free", dim=None, seed=0, means=None) -> np.ndar
     """y(0) before the fast phase: moments (free probability / a simulation's seed matrices at ``dim``
     / an explicit vector of the moments or of the whole state); means 0 (free), √d μ(M_k) (sample)
     or the vector's, ``means`` = {name: value} overriding them."""
-    from .initial import free_moments, sample_moments
+    from ..initial import free_moments, sample_moments
     n = system.n_moments
     y = np.zeros(system.size)
     if isinstance(init, str) and init == "free":
@@ -123,7 +125,7 @@ def pre_fast_state(system, init="free", dim=None, seed=0, means=None) -> np.ndar
 
 def fast_rate(system, y) -> dict:
     """D_k = t^A_k + t^B_k of the trainable untied indices (§6); whitened μ(ΣA_k) + μ(ΣB_k) (§1)."""
-    from .kinds import metric_letters
+    from ..kinds import metric_letters
     m = metric_letters(system.spec)
     return {k: y[system.index(m + ((k, "A"),))] + y[system.index(m + ((k, "B"),))] for k in system.mean_trainable}
 
@@ -177,7 +179,7 @@ def fast_phase(system, time: float = 20.0, points: int = 101, init="free", dim: 
     and ``m_<name>`` of every untied index. ``m_star``: the critical point reached (Newton-polished).
     """
     if not isinstance(system, S.System):
-        from .derivation.untied import derive_untied
+        from .untied import derive_untied
         system = derive_untied(system, 2)
     y = pre_fast_state(system, init, dim, seed, means)
     t = np.linspace(0.0, time, points)

@@ -168,3 +168,36 @@ class _Builder:
         if big:
             raise ExpressionError(f"exponent {b} too large (|exponent| <= {MAX_EXPONENT})")
         return a ** b
+
+
+# ---------------------------------------------------------------------------- the spec's expressions
+Z = sp.Symbol("z")          # the activation's variable
+
+
+def activation_expr(name: str, beta: float = 1.0):
+    """SymPy expression in z of an element-wise activation (None for softmax, which acts on rows)."""
+    z = sp.Symbol("z")
+    table = {
+        "linear": z, "h1": z,
+        "h2": (z**2 - 1) / sp.sqrt(2),
+        "h3": (z**3 - 3 * z) / sp.sqrt(6),
+        "relu": sp.Max(z, 0),
+        "tanh": sp.tanh(z),
+    }
+    return table.get(name)
+
+
+def activation_sympy(value: str):
+    """The SymPy expression in z of a custom activation string (safe parser, no ``eval``)."""
+    return parse_expression(value, {"z": Z})
+
+
+def loss_symbols(L: int, K: int) -> dict:
+    """name → SymPy symbol of every pre-activation G_i_j_k (1-based) of a custom loss."""
+    return {f"G_{i}_{j}_{k}": sp.Symbol(f"G_{i}_{j}_{k}", real=True)
+            for i in range(1, L + 1) for j in range(1, L + 1) for k in range(1, K + 1)}
+
+
+def loss_sympy(value: str, L: int, K: int):
+    """The SymPy expression of a custom loss string (safe parser, no ``eval``)."""
+    return parse_expression(value, loss_symbols(L, K))
