@@ -26,6 +26,7 @@ _PUBLIC = {
     "recovery": ("symattn.derivation.recovery", "recovery"),
     "integrate": ("symattn.integration", "integrate"),
     "theory": ("symattn.methods", "theory"),
+    "phase": ("symattn.phase_diagram", "phase"),
     "TheoryTable": ("symattn.methods", "TheoryTable"),
     "column_equations": ("symattn.derivation.equations", "column_equations"),
     "load_residual": ("symattn.architecture", "load_residual"),

@@ -497,6 +497,45 @@ def cmd_recovery(args):
         print(f"  signal: {'yes' if r.signal else 'no'} — {r.verdict}")
 
 
+def cmd_phase(args):
+    from .files import check_output_dir, make_output_dir
+    from .phase_diagram import phase
+    spec = _load(args, dynamics=True)
+    _finite_positive("--time", args.time)
+    _whole("--points", args.points, 2)
+    _whole("--workers", args.workers, 1)
+    _whole("--check", args.check, 0)
+    _whole("--check-dim", args.check_dim, 2)
+    _whole("--check-seeds", args.check_seeds, 2)
+    check_output_dir(args.out, "--out")
+    opts = {"size": args.size, "rotations": args.rotations, "realisations": args.realisations,
+            "quick": args.quick or None, "noise": False if args.noise == "off" else None, "dim": args.dim,
+            "truncation": args.truncation}
+    pd = phase(spec, args.vary, args.measure, time=args.time, points=args.points, method=args.method,
+               workers=args.workers, check=args.check, check_dim=args.check_dim, check_seeds=args.check_seeds,
+               progress=not args.quiet, cli=True, **opts)
+    out = make_output_dir(args.out, "--out")
+    pd.to_csv(out / "phase.csv")
+    written = ["phase.csv"]
+    try:
+        pd.to_netcdf(out / "phase.nc")
+        written.append("phase.nc")
+    except UsageError:
+        from .progress import note
+        note("phase.nc not written: netCDF needs the netcdf extra (pip install 'symattn[netcdf]')")
+    pd.plot(out / "phase.png")
+    from .files import atomic_write
+    summary = {"spec": pd.spec_name, "measure": pd.measure.label, "axes": {a.label: list(a.values) for a in pd.axes},
+               "info": pd.info, "boundary": pd.boundary.get("text"), "checks": pd.checks}
+    atomic_write(out / "summary.json", json.dumps(summary, indent=1, ensure_ascii=False, default=str))
+    print(f"{pd.value.size} points, {pd.info['seconds_per_point']:.3g} s per point ({pd.info['workers']} processes); "
+          f"{pd.boundary.get('text', '')}")
+    for c in pd.checks:
+        print(f"SGD check at {c['at']}: {c['sgd']:.4g} ± {c['sgd_sem']:.2g} (d = {c['dim']}, {c['seeds']} seeds, "
+              f"{c['sgd_seconds']:.0f} s) against theory {c['theory']:.4g} ± {c['theory_err']:.2g}")
+    print(f"wrote {args.out}/{', '.join(written + ['phase.png', 'summary.json'])}")
+
+
 def cmd_examples(args):
     from .examples import example_description, example_names
     for name in example_names():
@@ -691,6 +730,33 @@ def build_parser():
     _spec_arg(q)
     q.add_argument("--json", action="store_true", help="print the analysis as JSON, keyed by the trainable index")
     q.set_defaults(func=cmd_recovery)
+
+    q = command("phase", "a phase diagram: a measure of the limit theory over a grid of one or two spec values, with "
+                         "the recovery analysis's boundary and SGD checks")
+    _spec_arg(q)
+    q.add_argument("--vary", action="append", required=True, metavar="KEY=A:B:N[:log]",
+                   help="an axis (once or twice): a dotted spec key as for --set, or sigma/kappa (the first "
+                        "student's init_scale/width), epsilon, beta, gamma; A:B:N equally spaced (:log geometric) or "
+                        "v1,v2,...")
+    q.add_argument("--measure", default="escape_time", metavar="M",
+                   help="escape_time[=θ] (first τ with normalised overlap ≥ θ, default 0.3), loss_at=τ, p_at=τ or "
+                        "COLUMN_at=τ")
+    q.add_argument("--time", type=float, default=1.0, help="horizon of every point's theory")
+    q.add_argument("--points", type=int, default=51, help="output times of every point's theory")
+    q.add_argument("--method", choices=["auto", "moments", "spectral"], default="auto", help="as for theory")
+    q.add_argument("--truncation", type=int, default=None, help="as for theory (--method moments)")
+    for flag, hlp in (("--size", "as for theory"), ("--rotations", "as for theory"), ("--realisations", "as for theory"),
+                      ("--dim", "as for theory")):
+        q.add_argument(flag, type=int, default=None, help=hlp)
+    q.add_argument("--quick", action="store_true", help="as for theory: N = 96")
+    q.add_argument("--noise", choices=["on", "off"], default="on", help="as for theory")
+    q.add_argument("--workers", type=int, default=None, help="processes (default: the cores)")
+    q.add_argument("--check", type=int, default=0, metavar="K", help="also simulate K grid points (SGD)")
+    q.add_argument("--check-dim", type=int, default=200, metavar="D", help="d of the SGD checks")
+    q.add_argument("--check-seeds", type=int, default=2, metavar="S", help="seeds of the SGD checks")
+    q.add_argument("--out", default="phase_out", help="output folder: phase.csv, phase.nc (netcdf extra), phase.png, "
+                                                      "summary.json")
+    q.set_defaults(func=cmd_phase)
 
     q = command("examples", "list the example specs shipped with the package")
     q.set_defaults(func=cmd_examples)
