@@ -4,7 +4,7 @@ For N in --sizes the README example's matrix-level flow (tied softmax L = 2, τ 
 no error estimate) is timed in-process with one and with two OpenBLAS threads (threadpoolctl), on an idle machine and
 beside one competing busy process (a pure-Python loop on one core, as another user's job would be); then the whole
 process `symattn theory tied_softmax_L2 --time 0.25` with no BLAS variable set (the user's default: the package now
-limits the flow itself, ``spectral.blas_threads``) against the same with OPENBLAS_NUM_THREADS=1, both beside the busy
+limits the flow itself, ``spectral.threads.blas_threads``) against the same with OPENBLAS_NUM_THREADS=1, both beside the busy
 process. Medians of --repeat runs. Prints a table (docs/results/theory_cost.md).
 
     python benchmarks/bench_blas_threads.py [--sizes 128 256 512 1024] [--repeat 3]
@@ -32,8 +32,9 @@ def _flow_time(N, threads, repeat):
     from threadpoolctl import threadpool_limits
 
     from symattn import spectral
-    saved = spectral.SINGLE_THREAD_UP_TO
-    spectral.SINGLE_THREAD_UP_TO = -1                      # the package's own rule off: the limit below decides
+    from symattn.spectral import threads as rule
+    saved = rule.SINGLE_THREAD_UP_TO
+    rule.SINGLE_THREAD_UP_TO = -1                       # the package's own rule off: the limit below decides
     out = []
     try:
         for r in range(repeat):
@@ -43,19 +44,19 @@ def _flow_time(N, threads, repeat):
                                         error_estimate=False, spectra=False)
                 out.append(time.perf_counter() - t0)
     finally:
-        spectral.SINGLE_THREAD_UP_TO = saved
+        rule.SINGLE_THREAD_UP_TO = saved
     return float(np.median(out))
 
 
-def _process_time(env_extra, repeat):
+def _process_time(env_extra, repeat, command=("theory", "tied_softmax_L2", "--time", "0.25")):
     env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                                                               "OMP_NUM_THREADS")}
     env.update(env_extra)
     out = []
     for _ in range(repeat):
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "symattn", "theory", "tied_softmax_L2", "--time", "0.25", "--quiet",
-                        "--out", os.devnull], env=env, check=True)
+        subprocess.run([sys.executable, "-m", "symattn", *command, "--quiet", "--out", os.devnull], env=env, check=True,
+                       stdout=subprocess.DEVNULL)
         out.append(time.perf_counter() - t0)
     return float(np.median(out))
 
@@ -84,13 +85,16 @@ def main():
     p = mp.Process(target=_busy, args=(stop,))
     p.start()
     try:
-        default = _process_time({}, args.repeat)
-        pinned = _process_time({"OPENBLAS_NUM_THREADS": "1"}, args.repeat)
+        for name, T in (("tied_softmax_L2", "0.25"), ("tied_h2_L1", "2")):
+            default = _process_time({}, args.repeat, ("theory", name, "--time", T))
+            pinned = _process_time({"OPENBLAS_NUM_THREADS": "1"}, args.repeat, ("theory", name, "--time", T))
+            sim = _process_time({}, 1, ("simulate", name, "--dim", "200", "--seeds", "1", "--time", T))
+            print(f"whole process, beside a busy process, `theory {name} --time {T}`: default environment "
+                  f"{default:.2f} s, OPENBLAS_NUM_THREADS=1 {pinned:.2f} s; `simulate --dim 200 --seeds 1` (default "
+                  f"environment) {sim:.1f} s: {sim / default:.1f}× the default theory", flush=True)
     finally:
         stop.set()
         p.join()
-    print(f"whole process `theory tied_softmax_L2 --time 0.25` beside a busy process: default environment "
-          f"{default:.2f} s, OPENBLAS_NUM_THREADS=1 {pinned:.2f} s")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 """BLAS threads of the matrix-level flow, sized to its matrices (docs/results/theory_cost.md)."""
 from __future__ import annotations
 
-SINGLE_THREAD_UP_TO = 1024   # N at or below which the flow runs its BLAS single-threaded (docs/results/theory_cost.md:
-                             # at N = 128 two OpenBLAS threads made the README example 2.6–7× slower beside a busy
-                             # process, and never paid below N = 1024 on an idle 2-core machine)
+SINGLE_THREAD_UP_TO = 1024   # N at or below which the flow runs its BLAS single-threaded. Measured (benchmarks/
+                             # bench_blas_threads.py, docs/results/theory_cost.md), README flow, one realisation, 2 cores:
+                             # two OpenBLAS threads lose at every N ≤ 1024 (N = 512: 0.61 s vs 0.26 s idle, 0.82 vs 0.28
+                             # beside a busy process; N = 1024: 2.19 vs 1.67, 3.11 vs 1.70) and pay only idle at N = 2048
+                             # (8.7 vs 10.0 s; beside a busy process 13.6 vs 10.4)
 
 
 def blas_threads(N: int):
