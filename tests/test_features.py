@@ -5,8 +5,8 @@ Each check compares the whitened, Σ-preconditioned machinery with something com
    original, unwhitened matrices and an explicit Σ), and the exact finite-d Φ_d likewise;
 2. one SGD step of the package (whitened factors, preconditioned gradient) against plain SGD on the
    original factors with x = Σ^{½}z on the same batches, NumPy and torch;
-3. the default theory against SGD at d = 50, 100 (default suite) and 200 (slow), within the allowance of
-   the isotropic matrix-level comparison (tests/test_spectral_vs_sgd.py), the gap shrinking with d;
+3. the default theory against SGD at d = 50, 100 and 200 (slow: the finite-size gap at d ≤ 100 is as large as the
+   change; see the test), within the allowance of the isotropic comparison, the gap shrinking with d;
 4. the free-probability start φ(ΣSΣT) = φ(Σ²)φ(S)φ(T) against a large realisation;
 5. bad laws refused in one line naming the key; the hierarchy refused for words whose Σ-moments the law lacks
    (and an untied one below M = 3);
@@ -189,10 +189,18 @@ def _theory_vs_sgd(law, dims, seeds, T=0.06, points=13):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("law", [POWER, TWO])
 def test_theory_follows_sgd_with_anisotropic_features(law):
-    """Tied h2 (σ = 1, ε = 0.002, τ ≤ 0.06, the escape), d = 50 and 100, 4 seeds: within the isotropic
-    allowance 4·sem + err + (5/d + 0.01)(1 + |v|) (loss 12/d). Measured dev/tol ≤ 0.68."""
+    """Tied h2 (σ = 1, ε = 0.002, τ ≤ 0.06), d = 50 and 100, 4 seeds: within the isotropic allowance
+    4·sem + err + (5/d + 0.01)(1 + |v|) (loss 12/d). Measured dev/tol ≤ 0.68 — but that allowance is as large as
+    the columns' change (q_st: 0.25 against 0.18–0.27), so this is ``slow``. The gap is the finite-size gap of the
+    flow itself, not SGD: the exact finite-d flow from seed 0's matrices against the limit flow from the same
+    matrices (no noise) differs in q_st by 0.104 / 0.087 / 0.049 at d = 50 / 100 / 200 (power law; two-level 0.098
+    / 0.086 / 0.055), ≈ d^{−0.6}, the power law's O(d^{−(1−2a)}) correction; SGD follows that finite-d flow within
+    3 s.e. of the paired difference. The default run holds the same claim's fast, independent parts: Φ with Σ
+    against Monte Carlo over real tokens (d = 400), the preconditioned step against plain SGD on the original
+    factors, the exact finite-d flow with Σ against SGD (paired) and the Σ-hierarchy against the matrix level."""
     out = _theory_vs_sgd(law, (50, 100), (4, 4))
     assert all(r <= 1.0 for _, r in out.values())
 

@@ -4,9 +4,9 @@ Checks, each against something the schedule code does not compute itself:
 1. at ε → 0 a schedule is a change of clock, θ_s(t) = θ_1(∫₀ᵗ s): the scheduled hierarchy and matrix-level
    flows against the constant ones read at the clock (exact up to interpolation);
 2. a step schedule to 0 stops SGD (both backends) and the theory exactly at the milestone;
-3. `compare` at d = 100 with a step-and-warm-up schedule (noise-corrected hierarchy against 4 SGD seeds)
-   within the allowance of the constant-ε comparison (tests/test_dynamics.py: 4·sem + 1.5·c/d), while the
-   constant-ε theory is outside it (the test resolves the schedule);
+3. the schedule's effect on SGD at d = 100 (a step decay; 8 seeds paired with constant-ε runs of the same seeds)
+   against the scheduled minus the constant hierarchy, within an allowance of at most a quarter of the effect
+   (its O(1/d) finite-size part measured at d = 100 and 200);
 4. bad schedules are refused in one line naming the key.
 """
 from __future__ import annotations
@@ -72,30 +72,38 @@ def test_step_to_zero_stops_sgd_and_theory_at_the_milestone(backend):
         assert np.ptp(m.table[c][m.table["time"] >= 0.01]) < 1e-10
 
 
-def test_compare_with_a_schedule_d100(tmp_path):
-    """The constant-ε comparison's allowance (tests/test_dynamics.py, TIED_H2_C) holds with a step decay
-    (measured dev/tol 0.06–0.16); and the comparison resolves the schedule: the constant-ε theory is at least
-    twice as far from the scheduled SGD mean as the scheduled theory on ≥ 3 of the 5 columns (measured
-    3.7–12×)."""
-    from test_dynamics import C_MARGIN, K_SEM, TIED_H2_C
+# The schedule's effect on SGD, paired: the same seeds (initial matrices and sample stream) with and without the
+# step decay, so that the initial scatter and most sampling noise cancel in the difference Δ = sched − const.
+# Its finite-size error is O(1/d) relative to Δ: max|Δ_SGD − Δ_theory| / max|Δ_theory| measured (8 seeds) at
+# d = 100 / 200: tr 0.063 / 0.035, q_ss 0.063 / 0.035, q_st 0.047 / 0.017, p_ss 0.069 / 0.041 — i.e. ≈ G/d with
+# G the larger of the two times d (below). Allowance per column: 4·sem(Δ) + 1.5·(G/d)·max|Δ_theory|; at d = 100 it
+# is 20–24 % of the schedule's whole effect max|Δ_theory| (asserted: at most a quarter, so the test can fail).
+SCHED_G = {"tr_student": 7.0, "q_student_student": 7.1, "q_student_teacher": 4.7, "p_student_student": 8.2}
 
-    from symattn.comparison import compare
-    spec = load_spec(SMALL, ['training.schedule={kind="step",milestones=[0.02,0.035],factor=0.25}'])
+
+def test_schedule_effect_follows_sgd_paired_d100():
+    """A step decay (×0.25 at τ = 0.02 and 0.035) changes SGD at d = 100 (8 paired seeds) by what the scheduled
+    hierarchy (M = 8, noise-corrected) minus the constant one predicts, within the allowance above."""
+    import symattn
+    from symattn.simulation import simulate
+    step = '{kind="step",milestones=[0.02,0.035],factor=0.25}'
+    specs = {"sched": scheduled(step), "const": load_spec(SMALL)}
+    run = dict(seeds=8, time=0.05, points=11, progress=False, workers=1, test_samples=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        summary = compare(spec, dim=100, seeds=4, time=0.05, points=11, out=tmp_path, truncation=8,
-                          progress=False, workers=1)
-    sim = summary["simulation_table"]
-    const = integrate(derive(load_spec(SMALL), 8), time=0.05, points=11, check_truncation=False).table
-    resolved = 0
-    for col, c in TIED_H2_C.items():
-        dev = summary["columns"][col]["max_abs_dev"]
-        tol = K_SEM * float(np.max(sim[col + "_sem"])) + C_MARGIN * c / 100
-        off = float(np.max(np.abs(const[col] - sim[col])))
-        print(f"  schedule d=100 {col}: dev {dev:.3g}, tol {tol:.3g}; constant-ε theory off by {off:.3g}")
+        sgd = {k: simulate(s, 100, **run).per_seed for k, s in specs.items()}
+        th = {k: symattn.theory(s, "moments", truncation=8, time=0.05, points=11, check_truncation=False)
+              for k, s in specs.items()}
+    for col, G in SCHED_G.items():
+        diff = np.asarray(sgd["sched"][col]) - np.asarray(sgd["const"][col])          # (seeds, points)
+        mean, sem = diff.mean(0), diff.std(0, ddof=1) / np.sqrt(diff.shape[0])
+        effect = np.asarray(th["sched"][col]) - np.asarray(th["const"][col])
+        size = float(np.max(np.abs(effect)))
+        dev = float(np.max(np.abs(mean - effect)))
+        tol = 4 * float(np.max(sem)) + 1.5 * G / 100 * size
+        print(f"  schedule effect d=100 {col}: {size:.3g}, dev {dev:.3g}, tol {tol:.3g}")
+        assert tol <= size / 4, (col, tol, size)
         assert dev <= tol, (col, dev, tol)
-        resolved += off > 2 * dev
-    assert resolved >= 3
 
 
 @pytest.mark.parametrize("table, key", [
