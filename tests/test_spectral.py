@@ -423,8 +423,11 @@ def test_untied_matrix_level_from_the_seeds_matrices_follows_sgd():
                       * (np.asarray(sim.per_seed["q1_teacher_teacher"])[s] + np.asarray(sim.per_seed["q2_teacher_teacher"])[s]))
         dev = {c: float(np.max(np.abs(th[c] - tab[c]))) for c in cols}
         dev["overlap"] = float(np.max(np.abs(th["overlap_student_teacher"] - num / den)))
-        print(f"seed {s}:", dev)
+        change = {c: float(np.ptp(th[c])) for c in cols}
+        change["overlap"] = float(np.ptp(th["overlap_student_teacher"]))
+        print(f"seed {s}:", dev, "change:", change)
         assert max(dev.values()) < 0.01, dev
+        assert min(change.values()) >= 4 * 0.01, change            # the allowance is ≤ a quarter of each change
         assert th["overlap_student_teacher"][-1] > 0.8                     # it learns
 
 
