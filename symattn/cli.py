@@ -531,7 +531,8 @@ def cmd_phase(args):
     print(f"{pd.value.size} points, {pd.info['seconds_per_point']:.3g} s per point ({pd.info['workers']} processes); "
           f"{pd.boundary.get('text', '')}")
     for c in pd.checks:
-        print(f"SGD check at {c['at']}: {c['sgd']:.4g} ± {c['sgd_sem']:.2g} (d = {c['dim']}, {c['seeds']} seeds, "
+        sgd = f"failed ({c['failed']})" if c.get("failed") else f"{c['sgd']:.4g} ± {c['sgd_sem']:.2g}"
+        print(f"SGD check at {c['at']}: {sgd} (d = {c['dim']}, {c['seeds']} seeds, "
               f"{c['sgd_seconds']:.0f} s) against theory {c['theory']:.4g} ± {c['theory_err']:.2g}")
     print(f"wrote {args.out}/{', '.join(written + ['phase.png', 'summary.json'])}")
 

@@ -368,8 +368,9 @@ class PhaseDiagram:
                     axs[0].contour(X, Y, Z, levels=[0.0], colors="w", linestyles="--")
             for c in self.checks:
                 px, py = c["at"][self.axes[0].label], c["at"][self.axes[1].label]
-                axs[0].plot([px], [py], "ks", ms=6, mfc="none")
-                axs[0].annotate(f"SGD {c['sgd']:.3g}±{2 * c['sgd_sem']:.2g}\nth. {c['theory']:.3g}", (px, py),
+                axs[0].plot([px], [py], "kx" if c.get("failed") else "ks", ms=6, mfc="none")
+                said = "SGD diverged" if c.get("failed") else f"SGD {c['sgd']:.3g}±{2 * c['sgd_sem']:.2g}"
+                axs[0].annotate(f"{said}\nth. {c['theory']:.3g}", (px, py),
                                 fontsize=7, color="k", xytext=(4, 4), textcoords="offset points",
                                 bbox={"boxstyle": "round", "fc": "w", "alpha": 0.7, "lw": 0})
             if np.any(~np.isfinite(self.value)):
@@ -475,7 +476,8 @@ def _check_points(shape, k: int) -> list:
 def _checks(spec, axes, m, pd, k, dim, seeds, time, points) -> list:
     """SGD at ``k`` grid points (``dim``, ``seeds``): the measure per seed, its mean and standard error, against the
     theory's value and error there; ``within``: |SGD − theory| ≤ 2√(SEM² + err²) (sampling alone: a miss beyond it
-    can be the O(1/d) finite-size gap)."""
+    can be the O(1/d) finite-size gap). Where SGD fails at a point (it diverges: the limit theory has no finite-d
+    instability), the check records ``failed`` (the message, with the time) and no value, and the others still run."""
     from .simulation.run import simulate
     from .spec import load_spec
     out = []
@@ -483,7 +485,15 @@ def _checks(spec, axes, m, pd, k, dim, seeds, time, points) -> list:
         values = tuple(a.values[i] for a, i in zip(axes, idx))
         sp_ = load_spec(spec.raw, settings=_settings(axes, values))
         t0 = _time.perf_counter()
-        sim = simulate(sp_, dim=dim, seeds=seeds, time=time, points=min(points, 101), progress=False, test_samples=0)
+        try:
+            sim = simulate(sp_, dim=dim, seeds=seeds, time=time, points=min(points, 101), progress=False,
+                           test_samples=0)
+        except NumericalFailure as exc:
+            out.append({"at": {a.label: v for a, v in zip(axes, values)}, "sgd": math.nan, "sgd_sem": math.nan,
+                        "per_seed": [], "theory": float(pd.value[idx]), "theory_err": float(pd.err[idx]),
+                        "sgd_seconds": _time.perf_counter() - t0, "dim": dim, "seeds": seeds, "within": False,
+                        "failed": str(exc)})
+            continue
         per = [evaluate(m, {c: v[s] for c, v in sim.per_seed.items()}, sp_)[0] for s in range(seeds)]
         per = np.array(per, float)
         mean = float(np.nanmean(per)) if np.any(np.isfinite(per)) else math.nan

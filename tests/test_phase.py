@@ -102,3 +102,15 @@ def test_phase_command_writes_its_files_and_refuses_in_one_line(tmp_path, capsys
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and name in err[0], err
     assert not (tmp_path / "x").exists()
+
+
+def test_a_diverging_sgd_check_is_recorded_not_fatal(tmp_path, capsys):
+    """SGD diverges at σ = 1.2 (tied h3, d = 16): the check says so with the time, the grid's files are written."""
+    out = tmp_path / "ph"
+    assert main(["phase", SPEC, "--vary", "sigma=1.2,0.5", "--measure", "loss_at=0.05", "--time", "0.05", "--points",
+                 "6", "--quick", "--rotations", "2", "--check", "1", "--check-dim", "16",
+                 "--out", str(out), "--quiet"]) == 0
+    check = json.load(open(out / "summary.json"))["checks"][0]
+    assert check["within"] is False and "diverged" in check["failed"] and "time =" in check["failed"]
+    assert "failed (seed 0: SGD diverged" in capsys.readouterr().out
+    assert (out / "phase.png").stat().st_size > 0 and len(list(csv.DictReader(open(out / "phase.csv")))) == 2
