@@ -4,7 +4,7 @@ For N in --sizes the README example's matrix-level flow (tied softmax L = 2, τ 
 no error estimate) is timed in-process with one and with two OpenBLAS threads (threadpoolctl), on an idle machine and
 beside one competing busy process (a pure-Python loop on one core, as another user's job would be); then the whole
 process `symattn theory tied_softmax_L2 --time 0.25` with no BLAS variable set (the user's default: the package now
-limits the flow itself, ``spectral.threads.blas_threads``) against the same with OPENBLAS_NUM_THREADS=1, both beside the busy
+limits the flow itself, ``symattn.threads.blas_threads``) against the same with OPENBLAS_NUM_THREADS=1, both beside the busy
 process. Medians of --repeat runs. Prints a table (docs/results/theory_cost.md).
 
     python benchmarks/bench_blas_threads.py [--sizes 128 256 512 1024] [--repeat 3]
@@ -32,7 +32,7 @@ def _flow_time(N, threads, repeat):
     from threadpoolctl import threadpool_limits
 
     from symattn import spectral
-    from symattn.spectral import threads as rule
+    from symattn import threads as rule
     saved = rule.SINGLE_THREAD_UP_TO
     rule.SINGLE_THREAD_UP_TO = -1                       # the package's own rule off: the limit below decides
     out = []

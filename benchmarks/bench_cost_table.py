@@ -4,7 +4,8 @@ Every row is one call of ``symattn.theory(spec, method, time=T, **options)`` (in
 compilation done by a first call — median of --repeat runs with seeds 0, 1, …) and, for the method's default size, the
 whole process ``python -m symattn theory SPEC --method M --time T`` (warm caches, median of --repeat). Run in the
 environment the benchmark is started in; the BLAS setting it found is printed with the table (the matrix-level flow
-limits its own BLAS threads at N ≤ 1024 whatever the environment says, ``spectral.threads``).
+(and the residual and exact finite-d flows) limit their own BLAS threads at N ≤ 1024 whatever the environment
+says, ``symattn.threads``).
 
     python benchmarks/bench_cost_table.py [--repeat 3] [--horizons 0.25 2]
 """

@@ -14,7 +14,7 @@ Axes: ``KEY=start:stop:n`` (``:log`` for log spacing, or ``KEY=v1,v2,…``), KEY
 or one of the aliases ``sigma``/``kappa`` (the first student's init_scale/width), ``epsilon`` (training.noise_ratio),
 ``beta`` (model.beta), ``gamma`` (training.weight_decay).
 
-The points run in a pool of forked processes (one BLAS thread each: the flow limits itself, ``spectral.threads``),
+The points run in a pool of forked processes (one BLAS thread each: the flow limits itself, ``symattn.threads``),
 after the first point in this process (it warms the derivation and the compiled modules the pool inherits).
 Where the recovery analysis (``derivation.recovery``, the paper's Cor. 3, 4, 7) has a condition in the varied init
 parameters, its zero set — where first-order signal vanishes — is drawn on the heat map; where the condition does not

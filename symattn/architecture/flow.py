@@ -18,6 +18,7 @@ import numpy as np
 from scipy.integrate import solve_ivp
 
 from ..errors import NumericalFailure, UsageError
+from ..threads import blas_threads
 from .limit import GaussianLimit
 from .network import draw_factors, matrices
 from .spec import load_residual
@@ -111,7 +112,8 @@ def solve_residual(spec, time: float, points: int = 11, size: int = 200, seed: i
     times = np.linspace(0.0, float(time), int(points))
 
     def at(N):
-        runs = [flow_from(spec, draw_factors(spec, N, seed + r), N, times, lim, u, rtol=rtol) for r in range(draws)]
+        with blas_threads(N):
+            runs = [flow_from(spec, draw_factors(spec, N, seed + r), N, times, lim, u, rtol=rtol) for r in range(draws)]
         return {c: np.mean([r[c] for r in runs], axis=0) for c in lim.names + ["loss"]}, sum(r["rhs_evaluations"] for r in runs)
 
     table, nev = at(size)

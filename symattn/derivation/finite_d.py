@@ -263,6 +263,7 @@ def solve_finite_d(spec, dim: int, time: float = 1.0, points: int = 51, seed: in
     from ..errors import NumericalFailure
     from ..initial import draw_initial
     from ..measure import order_parameters
+    from ..threads import blas_threads
     spec = load_spec(spec)
     if int(dim) < 2:
         raise UsageError(f"--dim {dim}: the exact finite-d flow needs d >= 2")
@@ -302,8 +303,9 @@ def solve_finite_d(spec, dim: int, time: float = 1.0, points: int = 51, seed: in
 
     y0 = np.concatenate([states[k][f].ravel() for k, fs in zip(train, names) for f in fs])
     times = np.linspace(0.0, float(time), int(points))
-    sol = solve_ivp(rhs, (0.0, float(time)), y0, t_eval=times, method="RK45", rtol=rtol,
-                    atol=rtol * 1e-2 * max(float(np.sqrt(np.mean(y0 ** 2))), 1e-300))
+    with blas_threads(int(dim)):
+        sol = solve_ivp(rhs, (0.0, float(time)), y0, t_eval=times, method="RK45", rtol=rtol,
+                        atol=rtol * 1e-2 * max(float(np.sqrt(np.mean(y0 ** 2))), 1e-300))
     if sol.status != 0 or not np.all(np.isfinite(sol.y)):
         t = float(sol.t[-1]) if sol.t.size else 0.0
         raise NumericalFailure(f"exact finite-d flow failed at time {t:.6g} ({sol.message})", t)

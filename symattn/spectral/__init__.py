@@ -30,12 +30,12 @@ from ..symbolic.spectra import (
     haar_orthogonal,
     semicircle_quantiles,
 )
+from ..threads import SINGLE_THREAD_UP_TO, blas_threads
 from .plot import plot_spectra
 from .protocol import MatrixLevelKind
 from .realisation import decoupled_teachers, initial_realisation
 from .result import SpectralResult
 from .solve import Options, solve_spectral
-from .threads import SINGLE_THREAD_UP_TO, blas_threads
 
 __all__ = [
     "SpectralResult", "solve_spectral", "Options", "plot_spectra", "initial_realisation", "decoupled_teachers",

@@ -116,11 +116,6 @@ def decoupled_teachers(spec, P, trials: int = 4) -> list:
     return cand
 
 
-# ============================================================================ BLAS threads
-SINGLE_THREAD_UP_TO = 1024   # N at or below which the flow runs its BLAS single-threaded (docs/results/theory_cost.md:
-                             # at N = 128 two OpenBLAS threads made the README example 2.6–7× slower beside a busy
-
-
 def start(spec, P, N, seeds, init, odd=()):
     """The flow of the realisations of ``seeds`` (one batch; a seed repeated gives the same initial
     matrices) at their first slow-phase state: matrices, calibrated quadrature, relaxed means."""

@@ -15,12 +15,12 @@ import numpy as np
 
 from ..errors import UsageError
 from ..spec import load_spec
+from ..threads import blas_threads
 from .deterministic import integrate_deterministic
 from .estimate import add_errors, half_size
 from .realisation import decoupled_teachers
 from .result import SpectralResult
 from .stochastic import integrate_noisy
-from .threads import blas_threads
 
 
 @dataclass(frozen=True)

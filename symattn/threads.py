@@ -1,4 +1,5 @@
-"""BLAS threads of the matrix-level flow, sized to its matrices (docs/results/theory_cost.md)."""
+"""BLAS threads sized to the matrices a theory multiplies (docs/results/theory_cost.md): the matrix-level flow,
+the residual networks' flow and the exact finite-d flow run their products in ``blas_threads(N)``."""
 from __future__ import annotations
 
 SINGLE_THREAD_UP_TO = 1024   # N at or below which the flow runs its BLAS single-threaded. Measured (benchmarks/
@@ -10,8 +11,8 @@ SINGLE_THREAD_UP_TO = 1024   # N at or below which the flow runs its BLAS single
 
 def blas_threads(N: int):
     """A threadpoolctl context limiting the BLAS to one thread for matrices of size N ≤ SINGLE_THREAD_UP_TO (small
-    products spin threads for nothing, and against any other load lose by factors), else a no-op; the
-    realisations and grid points run in parallel across processes instead."""
+    products spin threads for nothing, and against any other load lose by factors), else a no-op; realisations,
+    seeds and grid points run in parallel across processes instead."""
     import contextlib
     if N > SINGLE_THREAD_UP_TO:
         return contextlib.nullcontext()
