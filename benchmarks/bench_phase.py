@@ -9,7 +9,7 @@ points should share one flow.
    grid points; the cost per point (wall time of the whole grid over its points, derivations included) against one
    SGD run at d = 200 at the same point (the checks' own time per seed).
 
-    python benchmarks/bench_phase.py [--n 32] [--out DIR] [--figures docs/figures]
+    python benchmarks/bench_phase.py [--n 32] [--out DIR] [--figures docs/figures] [--skip-batching] [--replot]
 """
 from __future__ import annotations
 
@@ -49,11 +49,13 @@ def _clock(f) -> float:
     return time.perf_counter() - t
 
 
-def grids(n, out: Path, figures: Path | None):
+def grids(n, out: Path, figures: Path | None, only=None):
     from symattn import phase
     out.mkdir(parents=True, exist_ok=True)
     print(f"2. {n} × {n} grids, SGD checks at five points (d = 200, 2 seeds)")
     for spec, vary, measure, T, name in GRIDS:
+        if only and name not in only:
+            continue
         pd = phase(spec, [v.format(n=n) for v in vary], measure, time=T, check=5, check_dim=200, check_seeds=2)
         per_sgd = np.mean([c["sgd_seconds"] / c["seeds"] for c in pd.checks if not c.get("failed")])
         cost = pd.info["seconds_per_point"]
@@ -78,16 +80,42 @@ def grids(n, out: Path, figures: Path | None):
             pd.plot(figures / f"{name}.png")
 
 
+def replot(n, out: Path, figures: Path | None):
+    """The figures again from the files a run wrote (its CSV and JSON), without re-running anything."""
+    import csv
+
+    from symattn import load_spec
+    from symattn.phase_diagram import PhaseDiagram, _boundary, parse_axis, parse_measure
+    for spec_name, vary, measure, T, name in GRIDS:
+        spec = load_spec(spec_name)
+        axes = [parse_axis(v.format(n=n), spec) for v in vary]
+        rows = list(csv.DictReader(open(out / f"{name}.csv")))
+        shape = tuple(len(a.values) for a in axes)
+        value = np.array([float(r["value"]) for r in rows]).reshape(shape)
+        err = np.array([float(r["err"]) for r in rows]).reshape(shape)
+        failed = np.array([r["failed"] for r in rows], dtype=object).reshape(shape)
+        saved = json.loads((out / f"{name}.json").read_text())
+        pd = PhaseDiagram(spec.name, axes, parse_measure(measure, spec, T), value, err, failed, saved["info"],
+                          saved["checks"], _boundary(spec, axes))
+        for target in [out] + ([figures] if figures is not None else []):
+            pd.plot(target / f"{name}.png")
+        print(f"replotted {name}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=32)
     ap.add_argument("--out", default="phase_bench")
     ap.add_argument("--figures", default=None)
     ap.add_argument("--skip-batching", action="store_true")
+    ap.add_argument("--replot", action="store_true", help="only redraw the figures from --out's CSV and JSON files")
+    ap.add_argument("--only", nargs="+", default=None, help="run only these grids (by figure name)")
     args = ap.parse_args()
+    if args.replot:
+        return replot(args.n, Path(args.out), Path(args.figures) if args.figures else None)
     if not args.skip_batching:
         batching()
-    grids(args.n, Path(args.out), Path(args.figures) if args.figures else None)
+    grids(args.n, Path(args.out), Path(args.figures) if args.figures else None, args.only)
 
 
 if __name__ == "__main__":

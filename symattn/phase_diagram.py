@@ -260,9 +260,17 @@ def _boundary(spec, axes) -> dict:
         held = "holds" if rec.signal else "fails"
         return {"text": f"recovery ({rec.mechanism}): first-order signal {held} at every grid point (its condition "
                         f"does not depend on the varied keys)"}
+    from sympy.core.function import AppliedUndef
     expr = cond.subs(rest)
+    numeric = bool(expr.atoms(AppliedUndef))       # Γ of a non-polynomial Φ: a numeric function of θ at the spec's
+    model = [ax.label for ax, s in zip(axes, axis_syms) if s is None and ax.key.startswith("model.")]   # model keys
+    if numeric and model:
+        return {"text": f"recovery ({rec.mechanism}): its condition ({sp.sstr(expr)[:50]} = 0) is Φ's quadrature at "
+                        f"the spec's {', '.join(model)}, which the grid varies: not drawn"}
     args = [s if s is not None else sp.Dummy() for s in axis_syms]
     f = sp.lambdify(args, expr, modules="numpy")
+    if numeric:                                    # implemented functions take one point at a time
+        f = np.vectorize(f, otypes=[float])
     return {"text": f"recovery ({rec.mechanism}): first-order signal vanishes on the dashed line "
                     f"({sp.sstr(expr)[:60]} = 0)", "function": f}
 
@@ -373,9 +381,18 @@ class PhaseDiagram:
                 axs[0].annotate(f"{said}\nth. {c['theory']:.3g}", (px, py),
                                 fontsize=7, color="k", xytext=(4, 4), textcoords="offset points",
                                 bbox={"boxstyle": "round", "fc": "w", "alpha": 0.7, "lw": 0})
-            if np.any(~np.isfinite(self.value)):
-                axs[0].text(0.01, 0.01, "blank: no escape by the horizon" if self.measure.kind == "escape" else
-                            "blank: the run failed", transform=axs[0].transAxes, fontsize=7)
+            failed = np.vectorize(bool)(self.failed)
+            if failed.any():                           # pink: the theory's own run failed there (e.g. diverged)
+                for ax in axs:
+                    ax.pcolormesh(ex, ey, np.ma.masked_where(~failed.T, np.ones(failed.T.shape)), shading="flat",
+                                  cmap=colors.ListedColormap(["#f2b8b5"]))
+            said = [f"pink: the theory failed at {int(failed.sum())} points (CSV column failed)"] if failed.any() \
+                else []
+            if np.any(~np.isfinite(self.value) & ~failed):
+                said.append("grey: no escape by the horizon" if self.measure.kind == "escape" else "grey: no value")
+            if said:
+                axs[0].text(0.01, 0.01, "; ".join(said), transform=axs[0].transAxes, fontsize=7,
+                            bbox={"fc": "w", "alpha": 0.7, "lw": 0})
         cost = self.info.get("seconds_per_point")
         fig.suptitle(f"{self.spec_name}: {self.measure.label}; {self.info.get('method')} theory, "
                      f"{self.value.size} points" + (f", {cost:.2g} s per point" if cost else "")
