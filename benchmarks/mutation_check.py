@@ -2,7 +2,11 @@
 default test suite (``python -m pytest -q -x -n 2``: a mutant is *killed* when a test fails). Not part of CI
 (each surviving mutant costs a whole suite run); run it after a change to the tests or the engine:
 
-    python benchmarks/mutation_check.py [--only N ...]
+    python benchmarks/mutation_check.py [--only N ...] [--tests FILE ...]
+
+``--tests``: run each mutant against these test files first (a failure there is a failure of the default suite,
+which contains them) and only the survivors against the whole default suite — the same verdicts, in a fraction of
+the time.
 
 Prints one line per mutant (killed / SURVIVED, seconds) and the kill ratio; restores every file. A mutant whose
 text no longer matches the source is reported as stale, not run.
@@ -89,6 +93,7 @@ def _restore_on_signal(f, src):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", type=int, nargs="*", help="mutant numbers (1-based) to run")
+    ap.add_argument("--tests", nargs="*", default=[], help="test files to try first (module docstring)")
     args = ap.parse_args()
     chosen = [(i, m) for i, m in enumerate(MUTANTS, 1) if not args.only or i in args.only]
     killed = survived = stale = 0
@@ -103,8 +108,11 @@ def main():
         f.write_text(src.replace(old, new))
         t0 = time.time()
         try:
-            run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-n", "2", "-p", "no:cacheprovider"],
-                                 cwd=ROOT, capture_output=True, text=True)
+            for subset in ([args.tests] if args.tests else []) + [[]]:
+                run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-n", "2", "-p", "no:cacheprovider",
+                                      *subset], cwd=ROOT, capture_output=True, text=True)
+                if run.returncode != 0:
+                    break
         finally:
             f.write_text(src)
         ok = run.returncode != 0
