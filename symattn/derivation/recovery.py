@@ -239,7 +239,8 @@ def _instability(system, k, j, y0) -> float | None:
     from .equations import EPSILON, GAMMA
     at.update({EPSILON: 0.0, GAMMA: system.spec.weight_decay})
     J = np.array([[float(sp.diff(rows[r], eq.state[c]).xreplace(at)) for c in cross] for r in cross])
-    return float(np.max(np.linalg.eigvals(J).real))
+    lam = float(np.max(np.linalg.eigvals(J).real))
+    return 0.0 if abs(lam) <= 1e-9 else lam            # round-off of an exactly neutral state (the verdict's rule)
 
 
 def _verdict(signal, mechanism, velocity, overlap, lam, system) -> str:
