@@ -57,6 +57,8 @@ def execute(source: Path, quick: bool, cwd: Path = HERE, timeout: int = 1800):
             else:
                 os.environ[k] = v
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    for i, cell in enumerate(nb.cells):                # stable cell ids: a rebuild diffs only where outputs change
+        cell["id"] = f"{source.stem[:2]}-{i:03d}"
     return nb
 
 
