@@ -114,16 +114,17 @@ def drift_check(spec, d, seeds, window, points=6, workers=None):
 
 
 # Cases: (student, L, activation, window, ε, B, finite-d allowance A: relative deviation A/d).
-# The allowances are measured, not guessed: averaging the exact finite-d batch gradient over 4·10⁵
-# fresh samples at the very initial matrices (no SGD, so no O(ε) term) gives, relative to the
-# Γ(q) prediction at d = 100: tied h2 L=1 +14..+20 % (q_st, q_ss, tr), tied softmax L=2
-# −4.5..−5.4 % (q_st), −1.5 % (q_ss), −0.1 % (tr); direct softmax L=2 −2 % (q_st, q_ss): O(1/d)
-# non-Gaussianity of G = (x^T S x − C Tr S)/√d (docs/theory.md §7 "finite-size corrections ... large
-# constants"). SGD at these ε reproduces those finite-d population drifts within its error bars
-# (tied h2 also carries the O(ε) Itô term, ≈ −4 % at ε = 0.001). Windows are short against the
-# drift time scale (q/|dq/dt| ≈ 0.0024 for h2, ≈ 0.6 for softmax) and a quadratic is fitted.
+# The allowances are measured: the relative deviation of SGD's initial slope from the Γ(q) prediction times d, at
+# d = 100 (8 seeds) and 200 (16 seeds): tied h2 7.1 / 2.9 (q_st 6.6 / 2.5, q_ss 3.7 / 1.7), tied softmax 5.5 / 4.7
+# (q_st), direct softmax 1.6 / 2.0, direct h2 q_ss 17 / 1.4 (its seeds scatter by 5 % at d = 100); A is 1.5× the
+# larger (direct h2 keeps 24). These are the O(1/d) non-Gaussianity of G = (x^T S x − C Tr S)/√d (docs/theory.md §7
+# "finite-size corrections ... large constants") with the O(ε) Itô term (≈ −4 % for tied h2 at ε = 0.001). Windows
+# are short against the drift time scale (q/|dq/dt| ≈ 0.0024 for h2, ≈ 0.6 for softmax) and a quadratic is fitted.
+# A column is *tested* where its allowance 3·sem + (A/d)|pred| is at most a quarter of the drift it checks; the
+# others (a drift of ≈ 0, as direct h2's q_st at its uninformative start, or one its seeds do not resolve) are only
+# printed, and every case must test at least one column.
 DRIFT_CASES = {
-    "tied_h2_L1": ("tied", 1, "h2", 0.0005, 0.001, 64, 24.0),
+    "tied_h2_L1": ("tied", 1, "h2", 0.0005, 0.001, 64, 11.0),
     "tied_softmax_L2": ("tied", 2, "softmax", 0.004, 0.002, 256, 8.0),
     "direct_h2_L1": ("direct", 1, "h2", 0.0005, 0.001, 64, 24.0),
     "direct_softmax_L2": ("direct", 2, "softmax", 0.004, 0.002, 256, 4.0),
@@ -136,13 +137,21 @@ def _assert_drift(case, d, seeds):
     out = drift_check(spec, d, seeds, window)
     report = {c: f"pred {p:.4g} meas {m:.4g} diff {df:.3g} ± {se:.2g}" for c, (p, m, df, se) in out.items()}
     print(case, d, seeds, report)
+    tested = []
     for col, (pred, meas, diff, sem) in out.items():
         tol = 3 * sem + A / d * abs(pred)
-        assert abs(diff) <= tol, (case, col, report[col], tol)
+        if tol <= abs(pred) / 4:
+            tested.append(col)
+            assert abs(diff) <= tol, (case, col, report[col], tol)
+    print(f"  tested: {tested}")
+    assert tested, (case, report)
 
 
-@pytest.mark.parametrize("case", list(DRIFT_CASES))
+@pytest.mark.parametrize("case", [c for c in DRIFT_CASES if c != "direct_h2_L1"])
 def test_initial_drift_matches_population_flow(case):
+    """d = 100, 8 seeds. Direct h2 runs at d = 200 only (slow): at d = 100 no column's allowance is within a quarter
+    of its drift; the default run checks its limit drift against the exact population drift of its quadratic loss
+    (tests/test_kinds.py)."""
     _assert_drift(case, d=100, seeds=8)
 
 
