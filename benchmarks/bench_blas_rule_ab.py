@@ -8,19 +8,17 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_blas_threads import _busy  # noqa: E402  (one competing busy process, as another user's job)
+
 CASES = [("residual_tied_softmax_L2", "residual", {"size": 200}, "N = 200 (and N/2)"),
          ("tied_h2_L1_small", "finite_d", {"dim": 200}, "d = 200")]
-
-
-def _busy(stop):
-    x = 0
-    while not stop.is_set():
-        for _ in range(100_000):
-            x += 1
 
 
 def _time(spec, method, options, rule_on, repeat):

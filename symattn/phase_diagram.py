@@ -203,32 +203,6 @@ def _run_point(job) -> tuple:
             else str(exc)
 
 
-def _worker_init():
-    from .sweeps import _worker_init as init
-    init()
-
-
-def _pool_map(jobs, workers: int, bar) -> list:
-    """The jobs in a pool of ``workers`` forked processes (in order); an interrupt stops the pool at once."""
-    import concurrent.futures as cf
-    import multiprocessing as mp
-    out = [None] * len(jobs)
-    pool = cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("fork"), initializer=_worker_init)
-    try:
-        futures = {pool.submit(_run_point, j): i for i, j in enumerate(jobs)}
-        for n, f in enumerate(cf.as_completed(futures)):
-            out[futures[f]] = f.result()
-            bar(n + 1)
-    except BaseException:
-        procs = list((getattr(pool, "_processes", None) or {}).values())
-        pool.shutdown(wait=False, cancel_futures=True)
-        for p in procs:
-            p.terminate()
-        raise
-    pool.shutdown(wait=True)
-    return out
-
-
 # ---------------------------------------------------------------------------- the recovery boundary
 def _boundary(spec, axes) -> dict:
     """The recovery analysis on the grid (module docstring): {"text", and "function" of the axes' values where its
@@ -456,7 +430,8 @@ def phase(spec, vary, measure: str = "escape_time", time: float = 1.0, points: i
     bar(1)
     workers = max(1, min(workers or os.cpu_count() or 1, len(jobs) - 1)) if len(jobs) > 1 else 1
     if len(jobs) > 1:
-        results += (_pool_map(jobs[1:], workers, lambda k: bar(k + 1)) if workers > 1
+        from .workers import forked_map
+        results += (forked_map(_run_point, jobs[1:], workers, lambda k: bar(k + 1)) if workers > 1
                     else [_run_point(j) for j in jobs[1:]])
     wall = _time.perf_counter() - t0
     shape = tuple(len(a.values) for a in axes)
@@ -501,25 +476,21 @@ def _checks(spec, axes, m, pd, k, dim, seeds, time, points) -> list:
     for idx in _check_points(pd.value.shape, k):
         values = tuple(a.values[i] for a, i in zip(axes, idx))
         sp_ = load_spec(spec.raw, settings=_settings(axes, values))
+        th, e = float(pd.value[idx]), float(pd.err[idx])
+        check = {"at": {a.label: v for a, v in zip(axes, values)}, "sgd": math.nan, "sgd_sem": math.nan,
+                 "per_seed": [], "theory": th, "theory_err": e, "dim": dim, "seeds": seeds, "within": False}
         t0 = _time.perf_counter()
         try:
             sim = simulate(sp_, dim=dim, seeds=seeds, time=time, points=min(points, 101), progress=False,
                            test_samples=0)
         except NumericalFailure as exc:
-            out.append({"at": {a.label: v for a, v in zip(axes, values)}, "sgd": math.nan, "sgd_sem": math.nan,
-                        "per_seed": [], "theory": float(pd.value[idx]), "theory_err": float(pd.err[idx]),
-                        "sgd_seconds": _time.perf_counter() - t0, "dim": dim, "seeds": seeds, "within": False,
-                        "failed": str(exc)})
+            out.append({**check, "sgd_seconds": _time.perf_counter() - t0, "failed": str(exc)})
             continue
-        per = [evaluate(m, {c: v[s] for c, v in sim.per_seed.items()}, sp_)[0] for s in range(seeds)]
-        per = np.array(per, float)
-        mean = float(np.nanmean(per)) if np.any(np.isfinite(per)) else math.nan
-        sem = float(np.nanstd(per, ddof=1) / math.sqrt(np.sum(np.isfinite(per)))) if np.sum(np.isfinite(per)) > 1 \
-            else math.nan
-        th, e = float(pd.value[idx]), float(pd.err[idx])
-        out.append({"at": {a.label: v for a, v in zip(axes, values)}, "sgd": mean, "sgd_sem": sem, "per_seed":
-                    per.tolist(), "theory": th, "theory_err": e, "sgd_seconds": _time.perf_counter() - t0,
-                    "dim": dim, "seeds": seeds,
-                    "within": bool(abs(mean - th) <= 2 * math.hypot(sem if math.isfinite(sem) else 0.0,
-                                                                    e if math.isfinite(e) else 0.0))})
+        per = np.array([evaluate(m, {c: v[s] for c, v in sim.per_seed.items()}, sp_)[0] for s in range(seeds)], float)
+        finite = int(np.sum(np.isfinite(per)))
+        mean = float(np.nanmean(per)) if finite else math.nan
+        sem = float(np.nanstd(per, ddof=1) / math.sqrt(finite)) if finite > 1 else math.nan
+        spread = math.hypot(sem if math.isfinite(sem) else 0.0, e if math.isfinite(e) else 0.0)
+        out.append({**check, "sgd": mean, "sgd_sem": sem, "per_seed": per.tolist(),
+                    "sgd_seconds": _time.perf_counter() - t0, "within": bool(abs(mean - th) <= 2 * spread)})
     return out

@@ -36,6 +36,7 @@ import numpy as np
 
 from .errors import SpecError, UsageError
 from .files import atomic_write
+from .workers import forked_map
 
 _GRID_KEYS = {"spec", "command", "time", "points", "grid", "executor", "log_time", "method", "exact_finite_d"}
 _EXECUTOR_NAMES = ("local", "slurm")
@@ -165,33 +166,6 @@ def _run_one(args):
     return run_task(*args)
 
 
-def _worker_init():
-    """A pool worker leaves Ctrl-C to the sweep's own process, which cancels the pool (``_local``)."""
-    import signal
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
-def _local(todo, out, n, bar) -> None:
-    """The tasks in a pool of n forked processes; an interrupt (or any failure) cancels the tasks not started,
-    stops the workers and leaves only complete task files (each task writes its files atomically, its JSON last)."""
-    import concurrent.futures as cf
-    import multiprocessing as mp
-    pool = cf.ProcessPoolExecutor(n, mp_context=mp.get_context("fork"), initializer=_worker_init)
-    try:
-        for i, _ in enumerate(pool.map(_run_one, [(t, out) for t in todo])):
-            bar.update(i + 1)
-    except BaseException:
-        procs = list((getattr(pool, "_processes", None) or {}).values())
-        pool.shutdown(wait=False, cancel_futures=True)
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            p.join(timeout=10)
-        raise
-    pool.shutdown(wait=True)
-
-
 def sweep(grid, out, executor: str | None = None, jobs: int | None = None, progress: bool = True) -> dict:
     """Run every task of a grid file (path) or loaded grid (dict) into folder ``out``.
 
@@ -221,7 +195,7 @@ def sweep(grid, out, executor: str | None = None, jobs: int | None = None, progr
                     run_task(t, out)
                     bar.update(i + 1)
             else:
-                _local(todo, out, n, bar)
+                forked_map(_run_one, [(t, out) for t in todo], n, bar.update)
         except KeyboardInterrupt:
             from .files import WRITTEN
             done = sum(1 for t in tasks if (out / f"{t['id']}.json").exists())
