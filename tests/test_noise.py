@@ -7,7 +7,7 @@ Two kinds of evidence, both at d = 100 and 200 (finite-size corrections are O(1/
    its even part, (d/α)·E[(Δ(α) + Δ(−α))/2], is the second-order (noise) drift and is compared
    with the generated RHS(ε) − RHS(0) at the very same moments. This isolates the normalisation
    (factors 2, 4, the batch 1/B, C ≠ I, label noise Δ, cross terms of several students).
-   Measured: ratio = 1 + c/d with c ≈ 13 (tied linear, L = 1) … 25 (L = 2, C ≠ I), limit 1.00(3).
+   Measured: ratio = 1 + c/d with c ≈ 13 (tied linear, L = 1) … 28 (L = 2, C ≠ I), limit 1.00(2).
 2. Short SGD trajectories (B = 1, several ε) from each seed's initial matrices against the theory
    integrated from the same sampled moments (`init='sample'`), with and without the noise terms.
 
@@ -79,7 +79,7 @@ def _moments(spec, Ss, d):
     return out
 
 
-def one_step_noise(spec, d, seeds=3, batches=150):
+def one_step_noise(spec, d, seeds=4, batches=600):
     """{column: (measured even-part drift, its sem, theory noise term)} summed over seeds. With a feature
     covariance the matrices are the whitened ones, the tokens whitened, and the step preconditioned by Σ
     (tied S̃' = (I − 2αΣĜ)S̃(I − 2αĜΣ), direct S̃ − αΣĜΣ; docs/theory.md §1)."""
@@ -123,7 +123,7 @@ def one_step_noise(spec, d, seeds=3, batches=150):
 
 ONE_STEP_CASES = {
     "tied_linear_B4": dict(B=4, eps=0.1),
-    "direct_linear_label_noise": dict(student="direct", sigma=0.5, label_noise=0.3, B=2, eps=0.1),
+    "direct_linear_label_noise": dict(student="direct", sigma=0.5, label_noise=0.3, B=2, eps=0.1),  # 8 seeds
     "tied_linear_L2_C": dict(L=2, cov=[[1.0, 0.4], [0.4, 1.0]], B=4, eps=0.1),
     "two_students_tied_direct_L2": dict(L=2, cov=[[1.0, -0.3], [-0.3, 0.8]], B=4, eps=0.1, students=[
         {"name": "student", "role": "student", "parameterization": "tied", "width": 1.0, "init_scale": 0.8},
@@ -141,10 +141,14 @@ def test_one_step_noise_normalisation(case):
 
 
 def check_one_step_ratios(label, spec):
-    """Measured even part / generated noise term at d = 100 and 200: an O(1/d) excess (≈ 13/d … 25/d for
-    polynomial losses) shrinking with d, and its 1/d extrapolation within 3 errors + 0.1 of 1 (the even
-    part is heavy-tailed: batch-to-batch spreads exceed the naive sem; hence the margins)."""
-    res = {d: one_step_noise(spec, d) for d in (100, 200)}
+    """Measured even part / generated noise term at d = 100 and 200 (4 seeds × 600 batches each): an O(1/d)
+    excess (≈ 13/d … 30/d) shrinking with d, and its 1/d extrapolation within 3 se + 0.05 of 1, that allowance at
+    most a quarter of the noise term. 0.05 bounds the O(1/d²) remainder: with 6 seeds × 600 batches the
+    extrapolation came within 0.02 of 1 in every column of two cases (two tied students with label noise;
+    L = 2, C ≠ I), whose 1/d excess is 0.10–0.28 at d = 100. With 3 × 150 batches (the heavy-tailed even part
+    needs many) the earlier version's errors were ≈ 0.1 and its allowance 0.3–0.5."""
+    seeds = 8 if label.startswith("direct") else 4        # direct: one column, cheap; 4 seeds left 3 se at 0.2
+    res = {d: one_step_noise(spec, d, seeds=seeds) for d in (100, 200)}
     checked = 0
     for c, (m1, s1, t1) in res[100].items():
         if c.endswith("teacher_teacher") or c == "tr_teacher" or abs(t1) < 1e-12:
@@ -154,30 +158,33 @@ def check_one_step_ratios(label, spec):
         r1, r2 = m1 / t1, m2 / t2
         e1, e2 = s1 / abs(t1), s2 / abs(t2)
         ext, ext_err = 2 * r2 - r1, np.hypot(2 * e2, e1)
-        print(f"{label:32s} {c:22s} ratio d=100 {r1:.3f}±{e1:.3f}  d=200 {r2:.3f}±{e2:.3f}  1/d→0 {ext:.3f}±{ext_err:.3f}")
-        assert 0.8 < r1 < 1.6 and 0.8 < r2 < 1.3, (c, r1, r2)
-        assert abs(ext - 1.0) < 3 * ext_err + 0.1, (c, ext, ext_err)
+        allow = 3 * ext_err + 0.05
+        print(f"{label:32s} {c:22s} ratio d=100 {r1:.3f}±{e1:.3f}  d=200 {r2:.3f}±{e2:.3f}  1/d→0 {ext:.3f}±{ext_err:.3f}"
+              f"  (allowance {allow:.3f})")
+        assert 0.9 < r1 < 1.5 and 0.9 < r2 < 1.25, (c, r1, r2)
+        assert allow <= 0.25, (c, ext_err)
+        assert abs(ext - 1.0) <= allow, (c, ext, ext_err)
         checked += 1
     assert checked >= 1
 
 
 # ---------------------------------------------------------------------------- 2. SGD trajectories
-def trajectories(spec, d, seeds, T, M=4, points=2):
+def trajectories(spec, d, seeds, T, M=4, points=2, seed0=0):
     """Per observable at time T: sim − theory(ε) and sim − theory(0), per seed (sampled init)."""
     system = derive(spec, M)
     t0 = _time.time()
     sim = simulate(spec, dim=d, seeds=seeds, time=T, points=points, progress=False, workers=1, test_samples=0,
-                   potential=False)
+                   potential=False, seed0=seed0)
     elapsed = _time.time() - t0
     th = {0: [], 1: []}
     valid = None
-    for s in range(seeds):
+    for s in range(seed0, seed0 + seeds):
         for j, eps in enumerate((0.0, spec.epsilon(d))):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 r = integrate(system, time=T, points=points, init="sample", dim=d, seed=s, epsilon=eps,
-                              check_truncation=(s == 0 and j == 1 and M > 2))
-            if s == 0 and j == 1:
+                              check_truncation=(s == seed0 and j == 1 and M > 2))
+            if s == seed0 and j == 1:
                 valid = r.valid_until
             th[j].append(r.table)
     out = {}
@@ -190,19 +197,35 @@ def trajectories(spec, d, seeds, T, M=4, points=2):
     return out, elapsed, valid
 
 
-def check_against_sgd(label, spec, T, dims=(100, 200), seeds=3, M=4, rel_allow=0.35, min_miss=4.0,
+C_ALLOW = 26.0
+"""The O(1/d) allowance, relative to the noise term, of a theory-vs-SGD deviation: C_ALLOW/d. Twice the measured
+finite-size constant of the tied linear noise term (one-step ratio 1 + c/d with c ≈ 13, 4 seeds × 600 batches at
+d = 100 and 200). Measured on the trajectories at d = 200 against the M = 8 hierarchy (three stream sets each):
+q_student_student +0.08 / +0.10 / +0.12 of the noise term at ε = 0.25 (8 seeds) and +0.08 / +0.10 / +0.12 at ε = 0.1
+(24 seeds), i.e. c ≈ 20; tr_student +0.05 … +0.17. (Against the M = 4 hierarchy q_student_student read −0.15 at
+ε = 0.1: M = 4 is 0.0116 off the converged q_ss at τ = 0.006, a quarter of that noise term.)"""
+
+
+def check_against_sgd(label, spec, T, dims=(100, 200), seeds=3, M=4, c_allow=C_ALLOW, min_miss=4.0,
                       require_miss=True):
-    """Noise-corrected theory agrees with SGD within sem + an O(1/d) allowance (or within the error
-    of the 1/d extrapolation); the noise-free theory misses by ≈ the noise term (asserted wherever the
-    seeds resolve the noise term; ``require_miss``: at least one column must resolve it)."""
+    """Noise-corrected theory against SGD, per column, where the check can resolve the noise term ν·εT:
+
+    - at the larger d: |sim − theory_ε| ≤ 3 sem + (c_allow/d)·|noise term| (sampling and the O(1/d) gap), asserted
+      where that allowance is at most a quarter of the noise term;
+    - the 1/d extrapolation of the deviation (exact theory: 0 in the limit): |ext| ≤ 3 se, asserted where 3 se is at
+      most a quarter of the noise term.
+
+    Every case asserts at least one column. The noise-free theory misses by ≈ the noise term wherever the seeds
+    resolve it (``require_miss``: at least one column must)."""
     res = {}
     for d in dims:
         out, el, valid = trajectories(spec, d, seeds, T, M=M)
-        assert valid is None or valid >= T, f"{label}: truncation M={M} valid only until {valid} < {T}"
+        # valid_until is the first output time at which M and its companion disagree: at T itself it is invalid
+        assert valid is None or valid > T, f"{label}: truncation M={M} invalid from τ = {valid} ≤ {T}"
         res[d] = out
         print(f"{label} d={d} seeds={seeds} T={T} ε={spec.epsilon(d)} B={spec.batch_size} ({el:.1f} s)")
     d1, d2 = dims[0], dims[-1]
-    resolved = []
+    resolved, tested = [], []
     for c in COLS:
         stats = {}
         for d in dims:
@@ -215,62 +238,76 @@ def check_against_sgd(label, spec, T, dims=(100, 200), seeds=3, M=4, rel_allow=0
         ext = (a2 * x[0] - a1 * x[1]) / (x[0] - x[1])
         ext_err = np.hypot(s2 * x[0], s1 * x[1]) / (x[0] - x[1])
         ext0 = (z2 * x[0] - z1 * x[1]) / (x[0] - x[1])
-        print(f"  {c:20s} Δ(T) {ch2:+.4g}  noise term {n2:+.4g} | sim−theory_ε: d={d1} {a1:+.3g}±{s1:.2g}, "
-              f"d={d2} {a2:+.3g}±{s2:.2g}, 1/d→0 {ext:+.3g}±{ext_err:.2g} | sim−theory_0: d={d1} {z1:+.3g}, "
-              f"d={d2} {z2:+.3g}, 1/d→0 {ext0:+.3g}")
         noise = abs(n2)
-        # the noise-corrected theory: within errors + O(1/d) allowance at the larger d …
-        assert abs(a2) <= 3 * s2 + rel_allow * noise * (100.0 / d2), (label, c, a2, s2, noise)
-        # … or, equivalently, the 1/d extrapolation of the deviation is small against the noise term
-        assert abs(ext) <= 3 * ext_err + 0.25 * noise, (label, c, ext, ext_err, noise)
+        if noise < 1e-12:                                   # no noise term in this column (direct: tr, q_st)
+            continue
+        allow2, allow_ext = 3 * s2 + c_allow / d2 * noise, 3 * ext_err
+        print(f"  {c:20s} Δ(T) {ch2:+.4g}  noise term {n2:+.4g} | sim−theory_ε: d={d1} {a1:+.3g}±{s1:.2g}, "
+              f"d={d2} {a2:+.3g}±{s2:.2g} (allowance {allow2 / noise:.0%} of the noise term), 1/d→0 {ext:+.3g}"
+              f"±{ext_err:.2g} ({allow_ext / noise:.0%}) | sim−theory_0: d={d1} {z1:+.3g}, d={d2} {z2:+.3g}, "
+              f"1/d→0 {ext0:+.3g}")
+        if allow2 <= 0.25 * noise:
+            assert abs(a2) <= allow2, (label, c, a2, s2, noise)
+        if allow_ext <= 0.25 * noise:
+            assert abs(ext) <= allow_ext, (label, c, ext, ext_err, noise)
+        if min(allow2, allow_ext) <= 0.25 * noise:
+            tested.append(c)
         # the noise-free theory misses, by many error bars and by about the noise term, wherever the
         # noise term is resolved by the seeds (SGD fluctuations ∝ √(εT), the noise term ∝ εT)
         if noise > min_miss * s2:
             resolved.append(c)
             assert abs(z2) > 0.5 * min_miss * s2, (label, c, z2, s2)
             assert abs(ext0) + 3 * ext_err > 0.5 * noise, (label, c, ext0, noise)
-    print(f"  noise-free miss asserted on {resolved}")
+    print(f"  agreement asserted (allowance ≤ ¼ of the noise term) on {tested}; noise-free miss on {resolved}")
+    assert tested, f"{label}: no column resolves the noise term within a quarter at these seeds"
     if require_miss:
         assert resolved
     return res
 
 
-@pytest.mark.parametrize("eps,T", [(0.1, 0.006), (0.25, 0.006)])
-def test_tied_linear_L1_sgd(eps, T):
-    check_against_sgd(f"tied linear L=1 ε={eps}", make(B=1, eps=eps), T)
+def test_tied_linear_L1_sgd():
+    # 8 seeds resolve q_student_student's noise term (+0.123) to 3 sem ≈ 7–11 % of it at d = 200 (three stream sets);
+    # M = 8: the first truncation whose companion (M − 2) agrees at τ = 0.006
+    check_against_sgd("tied linear L=1 ε=0.25", make(B=1, eps=0.25), 0.006, seeds=8, M=8)
 
 
 @pytest.mark.slow
 def test_tied_linear_L1_sgd_small_eps_slow():
-    # at ε = 0.01 the noise term (∝ εT) is resolved against SGD fluctuations (∝ √(εT)) only with many steps
-    # measured: the noise term (∝ εT) is below 4 sem at these seeds, so only the agreement of the
-    # corrected theory is asserted here; the miss of the noise-free theory is shown at ε = 0.1, 0.25
-    check_against_sgd("tied linear L=1 ε=0.01", make(B=1, eps=0.01), 0.004, seeds=6, require_miss=False)
+    # ε = 0.1: the noise term (q_ss +0.048) against SGD fluctuations ∝ √(εT) needs ≈ 32 seeds for a quarter
+    # (24 seeds: 3 sem = 9–13 % of it, three stream sets)
+    check_against_sgd("tied linear L=1 ε=0.1", make(B=1, eps=0.1), 0.006, seeds=32, M=8)
 
 
 def test_direct_linear_L1_sgd():
-    # direct: only q_student_student carries a noise term (ε ν, ν = 2 tr(D²) + Δ)
+    # direct: only q_student_student carries a noise term (ε ν, ν = 2 tr(D²) + Δ); 8 seeds: 3 sem ≈ 8–9 % of it at
+    # d = 200 (three stream sets), the deviation measured 1.5–3.6 % there
     spec = make(student="direct", sigma=0.5, B=1, eps=0.25, label_noise=0.2)
-    res = {}
+    res = check_against_sgd("direct linear L=1 ε=0.25", spec, 0.01, seeds=8)
     for d in (100, 200):
-        res[d], el, _ = trajectories(spec, d, 4, 0.01)
-        print(f"direct linear d={d} ({el:.1f} s)")
-    for d in (100, 200):
-        o = res[d]["q_student_student"]
-        a, s = o["dev_eps"].mean(), o["dev_eps"].std(ddof=1) / np.sqrt(4)
-        z, n = o["dev_0"].mean(), o["noise"].mean()
-        print(f"  d={d} q_ss: noise term {n:+.4g}, sim−theory_ε {a:+.3g}±{s:.2g}, sim−theory_0 {z:+.3g}")
-        assert abs(a) <= 3 * s + 0.2 * abs(n) * 100 / d
-        assert abs(z) > 0.5 * abs(n) and abs(z) > 2 * s
         for c in ("tr_student", "q_student_teacher"):        # no noise term, no miss
             assert np.all(np.abs(res[d][c]["noise"]) < 1e-12)
 
 
+def kappa_star_slopes(d, seeds, seed0=0):
+    """κ = κ*, σ = σ*, ε = 0.25: SGD's excess slope of q_student_teacher over the noise-free theory from the same
+    sampled start, per seed, and the noise term's slope (theory(ε) − theory(0)) / T."""
+    spec = make(B=1, eps=0.25, kappa=0.5)
+    T = 0.004
+    out, el, valid = trajectories(spec, d, seeds, T, M=6, seed0=seed0)
+    assert valid is None or valid > T
+    o = out["q_student_teacher"]
+    excess = o["dev_0"] / T                      # SGD's change minus the noise-free theory's, over T
+    return excess, o["noise"].mean() / T, el
+
+
 def test_tied_kappa_equal_initial_slope_is_noise():
     """κ = κ*, σ = σ*: the limit drift of q_student_teacher vanishes at t = 0 (free init); SGD's initial
-    slope equals the Itô term 4εν μ(S₁)μ(S₂) alone (2ε for this linear case). 16 seeds: with 8 the
-    excess was resolved at 4σ by one set of streams and only at 2.1σ by another (d = 100); with 16,
-    measured 0.454 ± 0.118 (d = 100) and 0.441 ± 0.056 (d = 200) against the noise term 0.46."""
+    slope is the Itô term 4εν μ(S₁)μ(S₂) alone (2ε for this linear case). Here: the noise-free theory's
+    slope is 0 at the free start, the noise term's is 2ε exactly, and SGD's excess over the noise-free
+    theory is resolved (> 3 sem) at d = 100 and 200 with 16 seeds (measured 0.454 ± 0.118, 0.441 ± 0.056).
+    Its size against the noise term needs ≈ 200 seeds for a quarter (``test_tied_kappa_equal_initial_slope_size_slow``); the
+    normalisation of q_student_teacher's noise term is checked in the default run by the one-step
+    generator (``tied_linear_B4``, same Itô term)."""
     eps = 0.25
     spec = make(B=1, eps=eps, kappa=0.5)
     system = derive(spec, 4)
@@ -279,19 +316,23 @@ def test_tied_kappa_equal_initial_slope_is_noise():
     assert abs(R.rhs(system, 0, y_free, R.params(system, 0.0))[i12]) < 1e-12
     limit = R.rhs(system, 0, y_free, R.params(system, eps, y_free))[i12]
     assert abs(limit - 2 * eps) < 1e-9              # 4εν μ(S)μ(S*) with ν = 2(q11+q22−2q12) = 2, μ = 1/2
-    T, seeds = 0.004, 16
     for d in (100, 200):
-        out, el, _ = trajectories(spec, d, seeds, T)
-        o = out["q_student_teacher"]
-        slope = o["change"] / T
-        slope_noise_free = (o["change"] - o["dev_0"]) / T     # theory(0) at the sampled init
-        noise_part = slope - slope_noise_free
-        m, s = noise_part.mean(), noise_part.std(ddof=1) / np.sqrt(seeds)
-        print(f"κ=κ* d={d}: SGD slope {slope.mean():+.4f}±{slope.std(ddof=1) / np.sqrt(seeds):.4f}, noise-free theory "
-              f"{slope_noise_free.mean():+.4f}, excess {m:+.4f}±{s:.4f}, noise term {o['noise'].mean() / T:+.4f} "
-              f"(limit {limit:.4f}) [{el:.1f} s]")
-        assert abs(m - o["noise"].mean() / T) <= 3 * s + 0.3 * limit * 100 / d
+        excess, noise, el = kappa_star_slopes(d, 16)
+        m, s = excess.mean(), excess.std(ddof=1) / np.sqrt(len(excess))
+        print(f"κ=κ* d={d}: SGD excess slope {m:+.4f}±{s:.4f}, noise term {noise:+.4f} (limit {limit:.4f}) [{el:.1f} s]")
         assert m > 3 * s                                   # nonzero: the noise drives q_12 at t = 0
+
+
+@pytest.mark.slow
+def test_tied_kappa_equal_initial_slope_size_slow():
+    """… and its size: |excess − noise term| ≤ 3 sem + (C_ALLOW/d)·noise term at d = 200 with 200 seeds, that
+    allowance ≤ ¼ of the noise term (measured with 160 seeds: excess/noise − 1 = +0.07, +0.02; 3 sem 12 %)."""
+    excess, noise, el = kappa_star_slopes(200, 200)
+    m, s = excess.mean(), excess.std(ddof=1) / np.sqrt(len(excess))
+    allow = 3 * s + C_ALLOW / 200 * noise
+    print(f"κ=κ* d=200: excess {m:+.4f}±{s:.4f}, noise term {noise:+.4f}, allowance {allow / noise:.0%} [{el:.1f} s]")
+    assert allow <= 0.25 * noise
+    assert abs(m - noise) <= allow
 
 
 def test_tied_h2_L1_sgd():
@@ -302,8 +343,8 @@ def test_tied_h2_L1_sgd():
     spec = make(act="h2", B=1, eps=0.1, sigma=0.6, sigma_t=0.6)
     T = 0.004
     for d in (100, 200):
-        out, el, valid = trajectories(spec, d, 3, T)
-        print(f"h2 d={d}: truncation valid until {valid}")
+        out, el, valid = trajectories(spec, d, 3, T, M=6)
+        assert valid is None or valid > T
         for c in COLS:
             o = out[c]
             a, z, n = o["dev_eps"].mean(), o["dev_0"].mean(), o["noise"].mean()
@@ -311,11 +352,6 @@ def test_tied_h2_L1_sgd():
             print(f"h2 d={d} {c:20s} noise term {n:+.4g}  sim−theory_ε {a:+.4g}±{s:.2g}  sim−theory_0 {z:+.4g} [{el:.1f} s]")
             if abs(n) > 3 * s:                                      # resolved: the noise-free theory misses
                 assert np.sign(z) == np.sign(n) and abs(z) > 2 * s  # in the direction of the noise term
-
-
-def test_tied_softmax_L2_sgd():
-    spec = make(act="softmax", L=2, B=1, eps=0.25, M=4)
-    check_against_sgd("tied softmax L=2 ε=0.25", spec, 0.008, rel_allow=0.5)
 
 
 # ---------------------------------------------------------------------------- slow versions
@@ -357,17 +393,16 @@ def test_h2_noise_finite_size_slow():
 @pytest.mark.slow
 @pytest.mark.parametrize("eps,T", [(0.1, 0.006), (0.25, 0.006)])
 def test_tied_linear_L1_sgd_slow(eps, T):
-    check_against_sgd(f"tied linear L=1 ε={eps} (200, 400)", make(B=1, eps=eps), T, dims=(200, 400), seeds=4)
+    check_against_sgd(f"tied linear L=1 ε={eps} (200, 400)", make(B=1, eps=eps), T, dims=(200, 400), seeds=8, M=8)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("eps", [0.01, 0.1])
-def test_tied_softmax_L2_sgd_slow(eps):
-    T = 0.02 if eps > 0.05 else 0.004
-    # softmax ν ≈ 0.03: the noise term (q_ss +0.0018 at ε = 0.1) is below the SGD resolution of 3 seeds
-    # (measured sem 0.0005–0.0017), so the corrected theory's agreement is asserted, not a resolved miss
-    check_against_sgd(f"tied softmax L=2 ε={eps}", make(act="softmax", L=2, B=1, eps=eps, M=4), T, rel_allow=0.5,
-                      require_miss=False)
+def test_tied_softmax_L2_sgd_slow():
+    """Softmax's ν is small (≈ 0.03): its noise term (q_ss +0.0018 at ε = 0.25, T = 0.008) is resolved to 3 sem
+    ≈ 36–72 % by 8 seeds at d = 200 (two stream sets), so a quarter needs ≈ 256. The default run checks softmax's
+    ν against Monte Carlo over Gaussian G (``test_softmax_nu_against_monte_carlo_over_gaussian_g``) and the
+    noise term's L = 2, C ≠ I normalisation by the one-step generator (``tied_linear_L2_C``)."""
+    check_against_sgd("tied softmax L=2 ε=0.25", make(act="softmax", L=2, B=1, eps=0.25, M=6), 0.008, seeds=256, M=6)
 
 
 # ---------------------------------------------------------------------------- 3. compare --dims
