@@ -12,9 +12,10 @@ import time
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from symattn.simulation.run import simulate  # noqa: E402
+from symattn.spec import load_spec
 from symattn.spectral import solve_spectral  # noqa: E402
 
-SPEC = "examples/tied_h2_L1.toml"
+SPEC = load_spec("examples/tied_h2_L1.toml")
 
 
 def clock(f):

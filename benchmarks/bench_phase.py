@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from symattn.spec import load_spec
+
 GRIDS = [("tied_h3_L1_small", ["sigma=0.3:1.2:{n}", "epsilon=0.0005:0.05:{n}:log"], "escape_time", 2.0,
           "phase_tied_h3_escape"),
          ("tied_softmax_L2", ["sigma=0.5:1.5:{n}", "beta=0.5:3:{n}"], "loss_at=0.25", 0.25, "phase_softmax_loss")]
@@ -33,6 +35,7 @@ def batching():
                         {"name": "teacher", "role": "teacher", "parameterization": "tied", "width": 0.5,
                          "init_scale": 0.5}],
             "training": {"batch_size": 64, "noise_ratio": 0.01}}
+    spec = load_spec(spec)
     kw = dict(time=2.0, points=21, error_estimate=False, spectra=False, epsilon=0.01)
     solve_spectral(spec, size=32, **{**kw, "time": 0.01})
     print("1. R realisations in one batched flow against R separate flows (tied h3, τ ≤ 2, ε = 0.01)")

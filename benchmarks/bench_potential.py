@@ -20,6 +20,7 @@ import numpy as np
 import sympy as sp
 
 from symattn.derivation.potential import Potential
+from symattn.spec import load_spec
 from symattn.symbolic.loss import build_loss
 from symattn.symbolic.quadrature import MAX_NODES
 
@@ -62,7 +63,7 @@ def mc_cost(L, n=200_000, seed=0):
 
 def bench(L, tol):
     t0 = time.perf_counter()
-    P = Potential(spec(L), tol=tol)
+    P = Potential(load_spec(spec(L)), tol=tol)
     build = time.perf_counter() - t0
     if hasattr(P, "relative"):
         P.relative = True

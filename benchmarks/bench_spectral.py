@@ -29,6 +29,7 @@ from scipy.integrate import quad
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from symattn.spec import load_spec  # noqa: E402
 from symattn.spectral import solve_spectral  # noqa: E402
 
 RICCATI = ROOT / "examples" / "riccati.toml"
@@ -102,7 +103,7 @@ def main(argv=None):
         if case == "sgd":
             lines += [""] + bench_vs_sgd(args.sgd_case, args.sgd_sizes, args.sgd_time, args.sgd_eps)
             continue
-        spec = RICCATI if case == "riccati" else H2
+        spec = load_spec(RICCATI if case == "riccati" else H2)
         for N in args.sizes:
             t0 = time.perf_counter()
             res = solve_spectral(spec, time=args.time, points=args.points, size=N, error_estimate=False)

@@ -21,6 +21,8 @@ import time
 
 import numpy as np
 
+from symattn.spec import load_spec
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 CASES = [("README example, tied softmax L = 2", "examples/tied_softmax_L2.toml", 0.25),
@@ -85,13 +87,14 @@ def profile():
     print(f"  interpreter + imports: {imp:.2f} s")
     from symattn.codegen.potential import compiled_potential
     from symattn.spectral import solve_spectral
+    spec = load_spec(CASES[0][1])
     t = time.perf_counter()
-    P = compiled_potential(CASES[0][1])
+    P = compiled_potential(spec)
     print(f"  stored derivation + compiled module (in a process that has them loaded: a dictionary look-up): "
           f"{time.perf_counter() - t:.3f} s")
     for N in (128, 64):
         t = time.perf_counter()
-        r = solve_spectral(CASES[0][1], time=0.25, size=N, epsilon=0.01, noise_realisations=1, rotations=4,
+        r = solve_spectral(spec, time=0.25, size=N, epsilon=0.01, noise_realisations=1, rotations=4,
                            spectra=False, error_estimate=False, potential=P)
         print(f"  flow at N = {N}, 4 realisations × 1 noise path: {time.perf_counter() - t:.3f} s, "
               f"{r.info['noise_steps']} steps, {r.info['rhs_evaluations']} evaluations", flush=True)
@@ -101,6 +104,7 @@ def growth():
     from symattn.spectral import solve_spectral
 
     def one(spec, N, T):
+        spec = load_spec(spec)
         kw = dict(time=T, size=N, epsilon=0.01, noise_realisations=1, spectra=False, error_estimate=False)
         solve_spectral(spec, **{**kw, "size": 16, "time": min(T, 0.01)})            # warm
         t = time.perf_counter()

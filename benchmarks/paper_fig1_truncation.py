@@ -18,6 +18,8 @@ import warnings
 
 import numpy as np
 
+from symattn.spec import load_spec
+
 COLS = ("tr_student", "q_student_student", "p_student_student", "q_student_teacher", "loss")
 
 
@@ -31,7 +33,6 @@ def main():
     args = ap.parse_args()
     from symattn.derivation import derive
     from symattn.integration import integrate
-    from symattn.spec import load_spec
     from symattn.spectral import solve_spectral
     spec = load_spec("tied_softmax_L2", settings={"training.noise_ratio": 0.0078, "training.batch_size": 512})
     Ms = list(range(2, args.max_m + 1, 2))
@@ -47,7 +48,7 @@ def main():
         print(f"M = {M:2d}: {n} of {args.points} points before divergence, {cost[M]:.1f} s", flush=True)
     t = tab[Ms[0]]["time"]
     t0 = time.perf_counter()
-    th = solve_spectral(spec, time=args.time, points=args.points, size=args.size, rotations=4, epsilon=None,
+    th = solve_spectral(load_spec(spec), time=args.time, points=args.points, size=args.size, rotations=4, epsilon=None,
                         spectra=False)
     top, below = tab[Ms[-1]], tab[Ms[-2]]
     # the reference: the largest truncation where it has converged (its gap to M − 2 below 1e-7), else the

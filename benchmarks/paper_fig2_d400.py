@@ -29,6 +29,7 @@ import numpy as np
 
 import symattn
 from symattn.files import atomic_target
+from symattn.spec import load_spec
 
 ACTS = ("linear", "h2", "h3")
 KINDS = ("direct", "tied")
@@ -101,7 +102,7 @@ def main():
             if kind == "direct":
                 th = integrate(derive(spec), time=args.time, points=201, epsilon=0.0).table
             else:
-                th = solve_spectral(spec, time=args.time, points=101, size=args.size, error_estimate=False).table
+                th = solve_spectral(load_spec(spec), time=args.time, points=101, size=args.size, error_estimate=False).table
             theory[act, kind] = th
             t_th = time.perf_counter() - t0
             runs = [run_sgd(spec, args.dim, s, args.time, args.points, out, args.dtype) for s in range(args.seeds)]

@@ -70,7 +70,7 @@ def run_free(out: Path, T: float, points: int) -> None:
             continue
         sp = load_spec(spec(act))
         t0 = time.perf_counter()
-        th = solve_spectral(sp, time=T, points=points, size=128, rotations=4, epsilon=sp.epsilon(), spectra=False)
+        th = solve_spectral(load_spec(sp), time=T, points=points, size=128, rotations=4, epsilon=sp.epsilon(), spectra=False)
         wall = time.perf_counter() - t0
         fp = fast_phase(sp, time=20.0, points=5)
         ov = overlap(th.table)
@@ -86,7 +86,7 @@ def run_theory(out: Path, dims, acts, seeds, T, points) -> None:
 
     def table(act, d, s):
         sp = load_spec(spec(act))
-        return solve_spectral(sp, time=T, points=points, size=d, seed=s, init="sample", epsilon=sp.epsilon(d),
+        return solve_spectral(load_spec(sp), time=T, points=points, size=d, seed=s, init="sample", epsilon=sp.epsilon(d),
                               spectra=False, noise_realisations=2, noise_antithetic=True).table
     _runs(out, "theory", dims, acts, seeds, table)
 

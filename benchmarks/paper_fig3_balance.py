@@ -22,6 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from paper_fig3 import escape  # noqa: E402
 from paper_fig3_gpu import overlap, spec  # noqa: E402
 
+from symattn.spec import load_spec
+
 HORIZON = {"h1": 0.3, "h2": 1.5}
 
 
@@ -47,7 +49,7 @@ def main():
                        for s in range(args.seeds)]
             esc_th = []
             for s in range(args.seeds):
-                th = solve_spectral(sp, time=T, points=31, size=args.dim, seed=s, init="sample",
+                th = solve_spectral(load_spec(sp), time=T, points=31, size=args.dim, seed=s, init="sample",
                                     epsilon=sp.epsilon(args.dim), noise_realisations=2, noise_antithetic=True,
                                     spectra=False)
                 esc_th.append(escape(th.table["time"], overlap({c: np.asarray(v)

@@ -32,7 +32,7 @@ if __name__ == "__main__":
         spec = load_spec(path)
         eps = spec.epsilon(None)
         t0 = time.perf_counter()
-        ref = solve_spectral(spec, time=T, points=51, size=ref_size, seed=1000, epsilon=eps, spectra=False,
+        ref = solve_spectral(load_spec(spec), time=T, points=51, size=ref_size, seed=1000, epsilon=eps, spectra=False,
                              rotations=4, error_estimate=False)
         worst_sem = max(float(np.max(v)) for v in ref.info["rotation_sem"].values())
         print(f"{label}, τ ≤ {T}: reference N = {ref_size}, 4 realisations ({time.perf_counter() - t0:.0f} s; "
@@ -41,7 +41,7 @@ if __name__ == "__main__":
         if "--coverage" in sys.argv:
             shares = []
             for seed in range(0, 600, 50):
-                r = solve_spectral(spec, time=T, points=51, seed=seed, epsilon=eps, spectra=False, **CANDIDATES[1][1])
+                r = solve_spectral(load_spec(spec), time=T, points=51, seed=seed, epsilon=eps, spectra=False, **CANDIDATES[1][1])
                 out = sum(int(np.sum(np.abs(r.table[c] - ref.table[c]) > r.table[c + "_err"])) for c in cols)
                 shares.append(100 * out / sum(r.table[c].size for c in cols))
             print(f"  default, twelve base seeds: outside _err at {np.mean(shares):.2f} % of the points "
@@ -50,7 +50,7 @@ if __name__ == "__main__":
         for name, kw in CANDIDATES:
             for seed in (0, 50, 100):
                 t0 = time.perf_counter()
-                r = solve_spectral(spec, time=T, points=51, seed=seed, epsilon=eps, spectra=False, **kw)
+                r = solve_spectral(load_spec(spec), time=T, points=51, seed=seed, epsilon=eps, spectra=False, **kw)
                 wall = time.perf_counter() - t0
                 dev = {c: np.abs(r.table[c] - ref.table[c]) for c in cols}
                 worst = max(dev, key=lambda c: dev[c].max())

@@ -15,6 +15,7 @@ import time
 
 import numpy as np
 
+from symattn.spec import load_spec
 from symattn.spectral import solve_spectral
 
 
@@ -39,7 +40,7 @@ def main():
         vals = []
         t0 = time.perf_counter()
         for n in args.sizes:
-            r = solve_spectral(spec(s), time=args.time, points=11, size=n, error_estimate=False)
+            r = solve_spectral(load_spec(spec(s)), time=args.time, points=11, size=n, error_estimate=False)
             vals.append(r.table)
         last = vals[-1]
         print(f"| {s:.3f} | " + " | ".join(f"{v['p_student_teacher'][-1]:.4f}" for v in vals)

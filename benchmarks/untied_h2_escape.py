@@ -13,6 +13,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 from symattn.simulation.run import simulate  # noqa: E402
+from symattn.spec import load_spec
 from symattn.spectral import solve_spectral  # noqa: E402
 
 SPEC = {"name": "untied_h2_escape", "model": {"tokens": 1, "activation": "h2"},
@@ -41,7 +42,7 @@ if __name__ == "__main__":
         gaps = []
         for s in range(seeds):
             tab = {c: np.asarray(sim.per_seed[c])[s] for c in sim.per_seed}
-            th = solve_spectral(SPEC, time=T, points=41, size=d, seed=s, init="sample", epsilon=0.01,
+            th = solve_spectral(load_spec(SPEC), time=T, points=41, size=d, seed=s, init="sample", epsilon=0.01,
                                 noise_realisations=2, noise_antithetic=True).table
             a, b = escape(th["time"], th["overlap_student_teacher"]), escape(t_sim, overlap(tab))
             gaps.append(abs(a - b))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .spec import Spec, load_spec
+from .spec import Spec, load_spec, require_spec
 from .symbolic import freeprob
 
 
@@ -28,7 +28,7 @@ def laws(spec: Spec) -> list:
 def free_moments(spec, words) -> np.ndarray:
     """μ_w(0) for each word (the empty word is 1), exact free-probability values as floats; with a feature
     covariance, of the whitened words in the letters S̃_k and Σ (``symbolic.metric``)."""
-    spec = load_spec(spec)
+    spec = require_spec(spec, "free_moments")
     if not spec.features.identity:
         from .symbolic.metric import WhitenedMoments
         phi = WhitenedMoments(laws(spec), spec.features.moment)
@@ -38,7 +38,7 @@ def free_moments(spec, words) -> np.ndarray:
 
 def sample_moments(spec, words, dim: int, seed: int = 0) -> np.ndarray:
     """μ_w(0) measured on the initial matrices of simulation seed ``seed`` at dimension ``dim``."""
-    spec = load_spec(spec)
+    spec = require_spec(spec, "sample_moments")
     factors = draw_initial(spec, dim, int(seed))
     if not spec.features.identity:                         # the letter Σ = (K, "S") of the whitened words
         factors.append({"S": np.diag(spec.features.eigenvalues(dim))})
@@ -50,7 +50,8 @@ def sample_moments(spec, words, dim: int, seed: int = 0) -> np.ndarray:
 
 
 def initial_order_parameters(spec) -> dict:
-    """Free-probability values of the order parameters of Φ (names as in ``Potential.names``)."""
+    """Free-probability values of the order parameters of Φ (names as in ``Potential.names``) of a spec (a path, a
+    dict, an example's name or a Spec: notebooks call it directly)."""
     from .symbolic.gaussian import OrderParameters
 
     spec = load_spec(spec)

@@ -369,6 +369,15 @@ def read_raw(source) -> tuple:
     return raw, src
 
 
+def require_spec(spec, where: str) -> Spec:
+    """The spec of an inner layer: a loaded ``Spec``. A spec is read and validated once, by the entry points (the
+    CLI, the public functions of ``symattn``, the notebook helpers) with :func:`load_spec`; below them every
+    function takes the ``Spec`` (a path, a dict or an example's name there is a programming error)."""
+    if not isinstance(spec, Spec):
+        raise TypeError(f"{where} takes a loaded Spec (symattn.load_spec), not {type(spec).__name__}")
+    return spec
+
+
 def load_spec(source, settings=None) -> Spec:
     """Read and validate a spec from a TOML path (or a shipped example's name), a dict or a Spec.
 

@@ -18,3 +18,19 @@ def blas_threads(N: int):
         return contextlib.nullcontext()
     from threadpoolctl import threadpool_limits
     return threadpool_limits(limits=1, user_api="blas")
+
+
+def blas_name() -> str:
+    """The BLAS libraries threadpoolctl controls in this process, e.g. ``openblas (1 threads)``."""
+    from threadpoolctl import threadpool_info
+    libs = [f"{i.get('internal_api')} ({i.get('num_threads')} threads)" for i in threadpool_info()
+            if i.get("user_api") == "blas"]
+    return ", ".join(libs) or "no BLAS library found"
+
+
+def blas_limits(n: int | None):
+    """threadpoolctl limit of the BLAS threads to ``n`` (None: unchanged) — ``simulate``'s seeds each run with its
+    ``blas_threads`` —, and the line naming the library."""
+    from threadpoolctl import threadpool_limits
+    limits = threadpool_limits(limits=n, user_api="blas")
+    return limits, blas_name()

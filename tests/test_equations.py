@@ -170,14 +170,14 @@ def _dense(m):
     """The N×N matrix (and, for a pair, its Grams) of a size-N realisation (``symattn.matrix.Mat``, one
     realisation): the letters S or M, A, B."""
     v = m.value
-    if m.kind == "pair":
+    if m.form == "pair":
         U, V = v[0][0], v[1][0]
         return {"M": U @ V.T, "A": U @ U.T, "B": V @ V.T}
-    if m.kind == "factor":
+    if m.form == "factor":
         return {"S": v[0] @ v[0].T}
-    if m.kind == "diag":
+    if m.form == "diag":
         return {"S": np.diag(v[0])}
-    if m.kind == "scalar":
+    if m.form == "scalar":
         return {"S": float(np.ravel(v)[0]) * np.eye(12)}
     return {"S": v[0]}
 
@@ -226,10 +226,10 @@ def test_matrix_flow_is_the_engines_vector_field(case):
     for k in spec.students:
         mat = flow.mats[k]
         parts = mat.parts()
-        if mat.kind == "pair":
+        if mat.form == "pair":
             names = [f"U_{_sym(spec, k)}", f"V_{_sym(spec, k)}"]
             exprs = [mf.factors[n] for n in names]
-        elif mat.kind == "factor":
+        elif mat.form == "factor":
             exprs = [mf.factors[f"W_{_sym(spec, k)}"]]
         else:                                   # the dense form of S integrates dS/dτ itself
             exprs = [mf.letters[f"S_{_sym(spec, k)}"]]
@@ -240,9 +240,9 @@ def test_matrix_flow_is_the_engines_vector_field(case):
             for s in args:
                 head, who = s.name.split("_")
                 j = _index_of(spec, who)
-                numeric[s] = {"W": flow.mats[j].value[0] if flow.mats[j].kind == "factor" else None,
-                              "U": flow.mats[j].value[0][0] if flow.mats[j].kind == "pair" else None,
-                              "V": flow.mats[j].value[1][0] if flow.mats[j].kind == "pair" else None}.get(head)
+                numeric[s] = {"W": flow.mats[j].value[0] if flow.mats[j].form == "factor" else None,
+                              "U": flow.mats[j].value[0][0] if flow.mats[j].form == "pair" else None,
+                              "V": flow.mats[j].value[1][0] if flow.mats[j].form == "pair" else None}.get(head)
                 if numeric[s] is None:
                     numeric[s] = letters[j][head]
             got = sp.lambdify(args, e, modules="numpy")(*[numeric[s] for s in args])

@@ -49,7 +49,7 @@ def riccati_closed_form(W0, A, tau):
 def _traces(spec, N, taus, seed=0):
     mats = initial_realisation(spec, N, seed)
     A = mats[1].dense(N)
-    W0 = mats[0].value if mats[0].kind == "factor" else np.linalg.cholesky(mats[0].dense(N) + 1e-300 * np.eye(N))
+    W0 = mats[0].value if mats[0].form == "factor" else np.linalg.cholesky(mats[0].dense(N) + 1e-300 * np.eye(N))
     out = {"tr_s": [], "q_s_s": [], "q_s_t": []}
     for t in taus:
         S = riccati_closed_form(W0, A, t)

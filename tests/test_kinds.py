@@ -225,7 +225,7 @@ def _letter_matrices(spec, mats, N) -> dict:
     for l, M in enumerate(mats):
         S = M.dense(N)
         out[(l, "S")], out[(l, "T")] = S, S.T
-        if M.kind == "pair":
+        if M.form == "pair":
             U, V = M.value
             out[(l, "A")], out[(l, "B")] = U @ U.T, V @ V.T
     return out
@@ -264,9 +264,8 @@ def test_every_kind_implements_the_matrix_level_protocol(name):
     assert isinstance(kind, MatrixLevelKind)
     spec = spec_with(name)
     k = next(i for i, ix in enumerate(spec.indices) if ix.kind is kind)
-    form, value = kind.realise(spec.indices[k], 64, np.random.default_rng(0), False)
-    M = Mat(form, value)
-    assert form in ("scalar", "diag", "factor", "dense", "ndense", "pair")
+    M = kind.realise(spec.indices[k], 64, np.random.default_rng(0), False)
+    assert isinstance(M, Mat) and M.form in ("scalar", "diag", "factor", "dense", "ndense", "pair")
     mu = freeprob.free_moments_float([((0, "S"),), ((0, "S"), (0, "S"))], [kind.law(spec.indices[k])])
     S = M.dense(64)
     got = [np.trace(S) / 64, np.trace(S @ S) / 64]

@@ -100,7 +100,7 @@ def test_theory_default_is_the_mean_of_four_realisations_with_their_error(tmp_pa
     assert main(["theory", *common, "--out", str(a)]) == 0
     got = _read(a)
     col = "q_student_teacher"
-    one = {N: np.array([solve_spectral("tied_h2_L1_small", time=0.05, points=3, size=N, seed=s,
+    one = {N: np.array([solve_spectral(load_spec("tied_h2_L1_small"), time=0.05, points=3, size=N, seed=s,
                                        error_estimate=False, spectra=False).table[col] for s in range(4)])
            for N in (128, 64)}
     mean = one[128].mean(axis=0)

@@ -27,6 +27,7 @@ import sympy as sp
 
 import symattn
 from symattn.derivation.potential import Potential
+from symattn.spec import load_spec
 from symattn.symbolic.loss import BETA, build_loss
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
@@ -103,7 +104,7 @@ ALL_CASES = {c: (v[0], v[1] + v[2], v[3]) for c, v in CASES.items()}
 @cache
 def potential_of(case):
     spec, _, tol = ALL_CASES[case]
-    return Potential(spec, tol=tol)
+    return Potential(load_spec(spec), tol=tol)
 
 
 # ----------------------------------------------------------------------------- independent Gaussian G
@@ -304,7 +305,7 @@ def test_exact_two_index_custom_loss():
     spec = {"name": "exact", "model": {"tokens": 1, "loss": "(G_1_1_1 - G_1_1_2)**2"},
             "indices": [{"name": "a", "role": "student", "parameterization": "tied"},
                         {"name": "b", "role": "student", "parameterization": "tied"}]}
-    P = Potential(spec)
+    P = Potential(load_spec(spec))
     qaa, qab, qbb = sp.symbols("q_a_a q_a_b q_b_b", real=True)
     assert P.is_closed_form
     assert sp.simplify(P.closed_form - (2 * qaa + 2 * qbb - 4 * qab)) == 0
@@ -609,7 +610,7 @@ def test_cli_potential_json_all_given(capsys, stub_initial):
     assert rc == 0, out.err
     res = json.loads(out.out)
     assert set(res) >= {"value", "gradient"}
-    P = Potential(str(ROOT / "examples" / "tied_h2_L1.toml"))
+    P = Potential(load_spec(str(ROOT / "examples" / "tied_h2_L1.toml")))
     at = {"q_student_student": 2.0, "q_student_teacher": 0.3, "q_teacher_teacher": 0.75}
     assert res["value"] == pytest.approx(P.value(at), rel=1e-12)
     G = P.gamma(at)

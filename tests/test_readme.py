@@ -16,6 +16,8 @@ import json
 import numpy as np
 from agreement import check, paired_differences
 
+from symattn.spec import load_spec
+
 
 def test_readme_first_command_every_column_within_its_stated_bound(tmp_path, capsys):
     from symattn.cli import main
@@ -42,7 +44,7 @@ def test_readme_figure_gap_is_the_finite_size_gap():
     for d in (50, 100):
         seeds = 4
         sim = simulate(spec, dim=d, seeds=seeds, time=T, points=6, progress=False, test_samples=0)
-        theories = [solve_spectral(spec, size=d, seed=s, init="sample", time=T, points=26, epsilon=0.01,
+        theories = [solve_spectral(load_spec(spec), size=d, seed=s, init="sample", time=T, points=26, epsilon=0.01,
                                    noise_realisations=4, noise_antithetic=True, spectra=False).table
                     for s in range(seeds)]
         diffs[d] = paired_differences(sim, theories, cols)

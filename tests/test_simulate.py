@@ -311,3 +311,31 @@ def test_label_noise_has_its_exact_effect_on_the_loss(backend):
     assert theory == pytest.approx(delta / 2, rel=1e-12)
     se = losses.std() / np.sqrt(losses.size)
     assert abs(losses.mean() - theory) < 4 * se, (losses.mean(), theory, se)
+
+
+def test_numpy_and_torch_models_share_one_protocol():
+    """Both SGD models implement ``simulation.protocol.SGDModel`` — every method, with the same positional
+    parameters (the torch class is inspected without importing torch) —, and a NumPy Model is one at run time."""
+    import inspect
+
+    from symattn.simulation.protocol import METHODS, SGDModel
+    from symattn.simulation.torch_backend import TorchModel
+    for name in METHODS:
+        want = len(inspect.signature(getattr(SGDModel, name)).parameters)
+        for cls in (Model, TorchModel):
+            assert callable(getattr(cls, name, None)), (cls.__name__, name)
+            assert len(inspect.signature(getattr(cls, name)).parameters) == want, (cls.__name__, name)
+    assert isinstance(Model(load_spec("tied_h2_L1_small"), 20), SGDModel)
+
+
+def test_simulate_is_a_plan_run_by_one_executor():
+    """``simulate`` = ``plan_simulation`` (checks, steps, Φ) + the executor the plan picks: sequential for one
+    worker, a forked pool for several, torch for the torch backend; the plan's steps are the result's."""
+    from symattn.simulation.executors import ForkPool, Sequential, executor_for
+    from symattn.simulation.plan import plan_simulation
+    spec = load_spec("tied_h2_L1_small")
+    one = plan_simulation(spec, 30, seeds=2, time=0.02, points=3, workers=1, potential=False)
+    two = plan_simulation(spec, 30, seeds=2, time=0.02, points=3, workers=2, potential=False)
+    assert isinstance(executor_for(one), Sequential) and isinstance(executor_for(two), ForkPool)
+    res = simulate(spec, dim=30, seeds=2, time=0.02, points=3, workers=2, progress=False, potential=False)
+    assert np.array_equal(res.steps, two.steps) and np.allclose(res["time"], two.times)

@@ -83,7 +83,7 @@ def test_semicircle_and_haar():
 def test_initial_order_parameters_are_free_values():
     from symattn.initial import initial_order_parameters
 
-    res = solve_spectral(H2, time=0.0, points=1, size=200, error_estimate=False)
+    res = solve_spectral(load_spec(H2), time=0.0, points=1, size=200, error_estimate=False)
     free = initial_order_parameters(load_spec(H2))
     for name, v in free.items():
         assert res.table[name][0] == pytest.approx(v, abs=0.03)
@@ -102,10 +102,10 @@ def test_riccati_gamma_and_eigenvalue_law():
     solved by λ(τ) = λ_0/(λ_0 + (1 − λ_0)e^{−8τ}); each sorted eigenvalue follows it exactly."""
     from symattn.derivation.potential import Potential
 
-    P = Potential(RICCATI)
+    P = Potential(load_spec(RICCATI))
     G = P.gradients({n: 0.37 for n in P.names}).gamma
     assert np.allclose(G, [[1.0, -1.0], [-1.0, 1.0]])
-    res = solve_spectral(RICCATI, time=1.25, points=6, size=120, error_estimate=False)
+    res = solve_spectral(load_spec(RICCATI), time=1.25, points=6, size=120, error_estimate=False)
     lam0 = res.spectra["student"][0]
     for i, t in enumerate(res.time):
         exact = lam0 / (lam0 + (1 - lam0) * np.exp(-8 * t))
@@ -113,7 +113,7 @@ def test_riccati_gamma_and_eigenvalue_law():
 
 
 def _riccati_error(N):
-    res = solve_spectral(RICCATI, time=1.25, points=11, size=N, error_estimate=False)
+    res = solve_spectral(load_spec(RICCATI), time=1.25, points=11, size=N, error_estimate=False)
     exact = np.array([_mp_exact_trace(t) for t in res.time])
     return np.max(np.abs(res.table["tr_student"] - exact)), res
 
@@ -135,9 +135,9 @@ def test_riccati_extrapolation_error_covers_the_true_error():
     τ = 1.25 (measured 3.3e-5), and the 1/N-extrapolated column's ``_err`` = |f(N) − f(N/2)| bounds
     its true error at every time (the quantile error falls like N^(−5/3), so 2f(N) − f(N/2)
     overshoots by ≈ 1.2 e(N) while _err ≈ 2.2 e(N))."""
-    res = solve_spectral(RICCATI, time=1.25, points=11, size=250, extrapolate=True)
+    res = solve_spectral(load_spec(RICCATI), time=1.25, points=11, size=250, extrapolate=True)
     exact = np.array([_mp_exact_trace(t) for t in res.time])
-    pinned = solve_spectral(RICCATI, time=1.25, points=11, size=250, error_estimate=False)
+    pinned = solve_spectral(load_spec(RICCATI), time=1.25, points=11, size=250, error_estimate=False)
     assert np.max(np.abs(pinned.table["tr_student"] - exact)) < 1e-4
     true_err = np.abs(res.table["tr_student"] - exact)
     print("\nRiccati extrapolated: true error", true_err.max(), "estimate", res.table["tr_student_err"].max())
@@ -180,10 +180,10 @@ def _matrix_flow_rk4(S, T, t_end, dt):
 
 def test_h2_matches_independent_matrix_flow():
     N, seed = 60, 3
-    mats = initial_realisation(H2, N, seed)
+    mats = initial_realisation(load_spec(H2), N, seed)
     S, T = mats[0].dense(N), mats[1].dense(N)
-    assert mats[1].kind == "diag" and mats[0].kind == "dense"        # κ = 1: S itself (tied.DENSE_WIDTH)
-    res = solve_spectral(H2, time=0.1, points=5, size=N, seed=seed, error_estimate=False)
+    assert mats[1].form == "diag" and mats[0].form == "dense"        # κ = 1: S itself (tied.DENSE_WIDTH)
+    res = solve_spectral(load_spec(H2), time=0.1, points=5, size=N, seed=seed, error_estimate=False)
     prev, t_prev = S, 0.0
     for i, t in enumerate(res.time[1:], start=1):
         prev = _matrix_flow_rk4(prev, T, t - t_prev, 2e-4)
@@ -199,7 +199,7 @@ def test_h2_initial_slope_from_free_moments():
     """dq_ss/dt|0 = 2 Tr(S Ṡ)/d = −16(Γ_ss μ_sss + Γ_st μ_sst); free values μ_sss = 5 (Catalan),
     μ_sst = φ(S²)φ(T) = 2·½, Γ_ss = 6·2 − 2·¾, Γ_st = −4·½  →  −808."""
     h = 2e-5
-    res = solve_spectral(H2, time=2 * h, points=3, size=200, error_estimate=False)
+    res = solve_spectral(load_spec(H2), time=2 * h, points=3, size=200, error_estimate=False)
     q = res.table["q_student_student"]
     slope = (-3 * q[0] + 4 * q[1] - q[2]) / (2 * h)
     assert slope == pytest.approx(-16 * (10.5 * 5 - 2 * 1), rel=0.03)
@@ -209,7 +209,7 @@ def test_h2_initial_slope_from_free_moments():
 
 
 def test_h2_stable_to_time_3():
-    res = solve_spectral(H2, time=3.0, points=7, size=80, error_estimate=True)
+    res = solve_spectral(load_spec(H2), time=3.0, points=7, size=80, error_estimate=True)
     for c, v in res.table.items():
         assert np.all(np.isfinite(v)), c
     loss = res.table["loss"]
@@ -225,9 +225,9 @@ def test_direct_linear_is_exact_relaxation():
     spec = _spec([{"name": "s", "role": "student", "parameterization": "direct", "init_scale": 0.5}],
                  [{"name": "t", "role": "teacher", "parameterization": "tied", "width": 0.5}], name="dl")
     N = 100
-    mats = initial_realisation(spec, N, 0)
+    mats = initial_realisation(load_spec(spec), N, 0)
     S0, T = mats[0].dense(N), mats[1].dense(N)
-    res = solve_spectral(spec, time=1.0, points=5, size=N, error_estimate=False)
+    res = solve_spectral(load_spec(spec), time=1.0, points=5, size=N, error_estimate=False)
     for i, t in enumerate(res.time):
         S = T + (S0 - T) * np.exp(-2 * t)
         assert res.table["q_s_s"][i] == pytest.approx(np.sum(S * S) / N, rel=1e-7, abs=1e-10)
@@ -254,7 +254,7 @@ def test_weight_decay_alone_decays_every_kind_exactly(kind):
     student, rates = WEIGHT_DECAY_KINDS[kind]
     gamma, T = 0.7, 0.8
     spec = _spec([{"name": "s", "role": "student", **student}], loss="1e-30*G_1_1_1**2", gamma=gamma, name="wd")
-    res = solve_spectral(spec, time=T, points=5, size=60, error_estimate=False)
+    res = solve_spectral(load_spec(spec), time=T, points=5, size=60, error_estimate=False)
     from symattn.derivation import derive
     from symattn.integration import integrate
     hier = integrate(derive(spec, 3), time=T, points=5, epsilon=0.0, check_truncation=False)
@@ -267,9 +267,9 @@ def test_weight_decay_alone_decays_every_kind_exactly(kind):
 
 # ------------------------------------------------------------------ determinism, failures, outputs
 def test_deterministic_given_seed():
-    a = solve_spectral(H2, time=0.2, points=3, size=40, seed=5)
-    b = solve_spectral(H2, time=0.2, points=3, size=40, seed=5)
-    c = solve_spectral(H2, time=0.2, points=3, size=40, seed=6)
+    a = solve_spectral(load_spec(H2), time=0.2, points=3, size=40, seed=5)
+    b = solve_spectral(load_spec(H2), time=0.2, points=3, size=40, seed=5)
+    c = solve_spectral(load_spec(H2), time=0.2, points=3, size=40, seed=6)
     for col in a.table:
         assert np.array_equal(a.table[col], b.table[col]), col
     assert np.array_equal(a.spectra["student"], b.spectra["student"])
@@ -283,14 +283,14 @@ def test_blowup_raises_numerical_failure_with_time():
                  loss="-(G_1_1_1)**2/2", name="blow")
     lam_max = free_poisson_quantiles(60, 0.5).max()
     with pytest.raises(NumericalFailure) as exc:
-        solve_spectral(spec, time=1.0, points=3, size=60, error_estimate=False)
+        solve_spectral(load_spec(spec), time=1.0, points=3, size=60, error_estimate=False)
     assert exc.value.time is not None and 0 < exc.value.time <= 1.0001 / (8 * lam_max)
 
 
 def test_nan_gradient_raises_numerical_failure(monkeypatch):
     from symattn.derivation.potential import Potential
 
-    P = Potential(H2)
+    P = Potential(load_spec(H2))
     calls = {"n": 0}
     real = P.value_and_gradient
 
@@ -301,7 +301,7 @@ def test_nan_gradient_raises_numerical_failure(monkeypatch):
 
     monkeypatch.setattr(P, "value_and_gradient", bad)
     with pytest.raises(NumericalFailure) as exc:
-        solve_spectral(H2, time=0.5, points=3, size=30, error_estimate=False, potential=P)
+        solve_spectral(load_spec(H2), time=0.5, points=3, size=30, error_estimate=False, potential=P)
     assert exc.value.time is not None and 0 <= exc.value.time < 0.5
 
 
@@ -345,7 +345,7 @@ def _untied(act, M=4, eps=0.01, B=256):
 def test_untied_mean_hessian_is_exact():
     """∂²Φ/∂m² (closed form: SymPy; tanh: quadrature μᵀE[∇²f]μ) against central differences of ∂Φ/∂m."""
     for act in ("h3", "tanh"):
-        P = Potential(_untied(act))
+        P = Potential(load_spec(_untied(act)))
         th = np.array([0.3, -0.2, 1.1, 0.9, 0.2, 0.1, 1.0, 0.95])
         pos = [P.names.index("m_student")]
         h, e = 1e-5, np.zeros(len(th))
@@ -360,7 +360,7 @@ def test_untied_linear_free_law_all_time():
     τ = 0.3 (the 60-line prototype of the issue: 0.859), N = 200 and N = 400 within 0.005 (measured
     4e-4: the O(1/N) finite-size error), tr M conserved by the slaved mean force β."""
     spec = _untied("linear")
-    res = {N: solve_spectral(spec, time=0.3, points=4, size=N, error_estimate=False) for N in (200, 400)}
+    res = {N: solve_spectral(load_spec(spec), time=0.3, points=4, size=N, error_estimate=False) for N in (200, 400)}
     ov = {N: r.table["overlap_student_teacher"][-1] for N, r in res.items()}
     print("untied h1 overlap(0.3):", ov)
     assert abs(ov[400] - 0.86) < 0.01 and abs(ov[200] - ov[400]) < 0.005
@@ -383,9 +383,9 @@ def test_untied_h2_zero_teacher_mean_stays_uninformative_to_tau_1():
     from symattn.spectral import decoupled_teachers
     from symattn.spectral.deterministic import integrate_deterministic
     spec = _untied("h2")
-    P = Potential(spec)
-    assert decoupled_teachers(spec, P) == [1] and decoupled_teachers(_untied("linear"), Potential(_untied("linear"))) == []
-    res = solve_spectral(spec, time=1.0, points=11, size=200, extrapolate=True, potential=P)
+    P = Potential(load_spec(spec))
+    assert decoupled_teachers(spec, P) == [1] and decoupled_teachers(_untied("linear"), Potential(load_spec(_untied("linear")))) == []
+    res = solve_spectral(load_spec(spec), time=1.0, points=11, size=200, extrapolate=True, potential=P)
     assert res.info["decoupled"] == ["teacher"]
     print("untied h2, m_t = 0, max |overlap| to τ = 1:", np.max(np.abs(res.table["overlap_student_teacher"])))
     assert np.max(np.abs(res.table["overlap_student_teacher"])) < 0.01
@@ -417,7 +417,7 @@ def test_untied_matrix_level_from_the_seeds_matrices_follows_sgd():
     cols = ["q1_student_student", "q2_student_student", "q1_student_teacher", "q2_student_teacher"]
     for s in range(2):
         tab = {c: np.asarray(sim.per_seed[c])[s] for c in cols}
-        th = solve_spectral(spec, time=0.3, points=7, size=100, seed=s, init="sample").table
+        th = solve_spectral(load_spec(spec), time=0.3, points=7, size=100, seed=s, init="sample").table
         num = tab["q1_student_teacher"] + tab["q2_student_teacher"]
         den = np.sqrt((tab["q1_student_student"] + tab["q2_student_student"])
                       * (np.asarray(sim.per_seed["q1_teacher_teacher"])[s] + np.asarray(sim.per_seed["q2_teacher_teacher"])[s]))
@@ -441,10 +441,10 @@ def test_compiled_potential_equals_the_python_potential(name):
     from symattn.derivation.potential import Potential
     from symattn.initial import initial_order_parameters
 
-    fast = compiled_potential(name)
-    P = Potential(name)
+    fast = compiled_potential(load_spec(name))
+    P = Potential(load_spec(name))
     rng = np.random.default_rng(7)
-    start = {**initial_order_parameters(P.spec)}
+    start = {**initial_order_parameters(load_spec(P.spec))}
     theta0 = np.array([float(start.get(n, 0.0)) for n in P.names])
     P.calibrate(theta0)
     nu = nu_expectations(P)

@@ -52,7 +52,7 @@ def letter_matrices(mats, N):
     for k, m in enumerate(mats):
         D = m.dense(N)
         out[k, "S"], out[k, "T"] = D, D.T
-        if m.kind == "pair":
+        if m.form == "pair":
             U, V = m.value
             out[k, "A"], out[k, "B"] = U @ U.T, V @ V.T
     return out
@@ -112,9 +112,9 @@ def test_generator_matches_noisy_hierarchy(kind, teacher, act, sigma, N, width):
     eps, h, pairs = 0.1, 1e-3, 80
     spec = make(act, sigma, sigma, kind=kind, teacher=teacher, width=width)
     system = derive(spec)
-    mats = initial_realisation(spec, N, seed=0)
+    mats = initial_realisation(load_spec(spec), N, seed=0)
     if kind == "tied":
-        assert mats[0].kind == ("dense" if width > 0.618 else "factor")
+        assert mats[0].form == ("dense" if width > 0.618 else "factor")
     mu = moments_of(system, mats, N)
     mod = compiled(system)
     r_eps, r_0 = mod.rhs(0.0, mu, R.params(system, eps)), mod.rhs(0.0, mu, R.params(system, 0.0))
@@ -162,7 +162,7 @@ def test_generator_matches_noisy_hierarchy(kind, teacher, act, sigma, N, width):
 def test_epsilon_zero_is_the_deterministic_solver():
     spec = make("h2", 0.5, 0.5)
     kw = dict(time=0.02, points=3, size=40, error_estimate=False)
-    a, b, c = solve_spectral(spec, **kw), solve_spectral(spec, epsilon=0.0, **kw), solve_spectral(spec, epsilon=None, **kw)
+    a, b, c = solve_spectral(load_spec(spec), **kw), solve_spectral(load_spec(spec), epsilon=0.0, **kw), solve_spectral(load_spec(spec), epsilon=None, **kw)
     for col in a.table:
         assert np.array_equal(a.table[col], b.table[col]) and np.array_equal(a.table[col], c.table[col])
     assert "epsilon" not in a.info
@@ -173,14 +173,14 @@ def test_short_horizon_matches_noisy_hierarchy():
     eps, T, N, R, pts = 0.1, 0.05, 200, 6, 6
     spec = make("linear", 0.5, 0.5, M=8)
     system = derive(spec)
-    mu = moments_of(system, initial_realisation(spec, N, seed=0), N)
+    mu = moments_of(system, initial_realisation(load_spec(spec), N, seed=0), N)
     hn = integrate(system, time=T, points=pts, init=mu, epsilon=eps)
     h0 = integrate(system, time=T, points=pts, init=mu, epsilon=0.0)
     assert hn.valid_until is None and h0.valid_until is None        # inside the truncation window
     t0 = time.perf_counter()
-    s0 = solve_spectral(spec, time=T, points=pts, size=N, error_estimate=False)
+    s0 = solve_spectral(load_spec(spec), time=T, points=pts, size=N, error_estimate=False)
     t1 = time.perf_counter()
-    sn = solve_spectral(spec, time=T, points=pts, size=N, error_estimate=False, epsilon=eps,
+    sn = solve_spectral(load_spec(spec), time=T, points=pts, size=N, error_estimate=False, epsilon=eps,
                         noise_realisations=R, noise_antithetic=True, noise_seed=3)
     t2 = time.perf_counter()
     print(f"timing: deterministic {t1 - t0:.2f}s, stochastic {t2 - t1:.2f}s "
@@ -206,8 +206,8 @@ def test_knots_interpolate_the_outputs_they_pass(name, T):
     every output (spectra=True), ε → 0 so that only the stepping differs: the outputs agree to 1e-4 of each
     column's scale (measured ≤ 5e-5; the pass test allows 3e-3 of a scale per pass), with fewer steps."""
     kw = dict(time=T, points=51, size=32, epsilon=1e-9, error_estimate=False)
-    landed = solve_spectral(name, spectra=True, **kw)
-    passed = solve_spectral(name, spectra=False, **kw)
+    landed = solve_spectral(load_spec(name), spectra=True, **kw)
+    passed = solve_spectral(load_spec(name), spectra=False, **kw)
     assert passed.info["noise_steps"] < landed.info["noise_steps"]
     for c, v in landed.table.items():
         scale = max(1e-3, float(np.max(np.abs(v))))
@@ -272,9 +272,9 @@ def test_dense_tied_flow_keeps_s_exactly_symmetric(dtype):
     from symattn.spectral.realisation import start
     from symattn.stepping import CashKarp
     spec = load_spec("tied_h2_L1")
-    P = compiled_potential(spec)
+    P = compiled_potential(load_spec(spec))
     flow = start(spec, P, 100, [0, 1], "free")
-    assert flow.mats[0].kind == "dense"
+    assert flow.mats[0].form == "dense"
     flow.to_dtype(dtype)
     noise = Noise(flow, P.nu, 0.05, [np.random.default_rng(1), np.random.default_rng(2)])
     y, t, h = flow.pack(), 0.0, 2e-3

@@ -86,7 +86,7 @@ def _sim(case, d, seeds, T, points):
 def _spectral(case, T, points, size):
     key = ("spectral", case, T, points, size)
     if key not in _CACHE:
-        _CACHE[key] = solve_spectral(_raw(case), time=T, points=points, size=size, potential=_potential(case))
+        _CACHE[key] = solve_spectral(load_spec(_raw(case)), time=T, points=points, size=size, potential=_potential(case))
     return _CACHE[key]
 
 
@@ -114,7 +114,7 @@ def _check_curves(case, slow):
     diffs, change = {}, {}
     for d, seeds in zip(s["dims"], s["seeds"]):
         sim = _sim(case, d, seeds, s["time"], s["points"])
-        theories = [solve_spectral(spec, size=d, seed=k, init="sample", time=s["time"],
+        theories = [solve_spectral(load_spec(spec), size=d, seed=k, init="sample", time=s["time"],
                                    points=_fine_points(s["points"]), epsilon=c["eps"], noise_realisations=4,
                                    noise_antithetic=True, spectra=False, potential=_potential(case)).table
                     for k in range(seeds)]
@@ -131,7 +131,7 @@ def _check_hierarchy(case, slow):
     """The hierarchy reports a finite window inside the horizon; inside it, spectral ≈ hierarchy."""
     c, s = _settings(case, slow)
     spec = load_spec(_raw(case))
-    system = derive_symmetric(spec, None, potential=_potential(case))
+    system = derive_symmetric(load_spec(spec), None, potential=_potential(case))
     T = s["time"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)

@@ -83,8 +83,8 @@ def compiled_potential(spec, tol: float = 1e-8) -> CompiledPotential:
     """The compiled Φ, ∇Φ and ν of ``spec`` (module docstring); derived and compiled on first use."""
     from ..derivation import derive
     from ..derivation.hierarchy import min_truncation
-    from ..spec import load_spec
+    from ..spec import require_spec
     from .systems import compiled
-    spec = load_spec(spec)
+    spec = require_spec(spec, "compiled_potential")
     system = derive(spec, max(MIN_TRUNCATION, min_truncation(spec)), tol=tol)
     return CompiledPotential(system, compiled(system))

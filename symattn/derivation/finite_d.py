@@ -31,7 +31,7 @@ import numpy as np
 import sympy as sp
 
 from ..errors import SpecError, UsageError
-from ..spec import load_spec
+from ..spec import require_spec
 
 D = sp.Symbol("d", positive=True)
 MEAN = 2            # the letter (k, MEAN): m_k = Tr S_k/√d of an uncentred index, not a trace
@@ -51,7 +51,7 @@ class FiniteDPotential:
     def __init__(self, spec):
         from ..symbolic.gaussian import GaussianG, OrderParameters, integrate_label_noise
         from ..symbolic.loss import build_loss
-        self.spec = spec = load_spec(spec)
+        self.spec = spec = require_spec(spec, "FiniteD")
         loss = build_loss(spec)
         gauss = GaussianG(loss, OrderParameters(spec))
         self.C = np.asarray(spec.covariance, dtype=float)
@@ -264,7 +264,7 @@ def solve_finite_d(spec, dim: int, time: float = 1.0, points: int = 51, seed: in
     from ..initial import draw_initial
     from ..measure import order_parameters
     from ..threads import blas_threads
-    spec = load_spec(spec)
+    spec = require_spec(spec, "solve_finite_d")
     if int(dim) < 2:
         raise UsageError(f"--dim {dim}: the exact finite-d flow needs d >= 2")
     P = potential or FiniteDPotential(spec)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from ..kinds import alphabet_of, metric_letters
-from ..spec import Spec, load_spec
+from ..spec import Spec, require_spec
 from .noise import noise_terms, nu_expectations, nu_names
 from .potential import Potential
 from .system import DECAY, GRADIENT, LOSS, NOISE, ONE, STATE, Coef, Column, System, pack_terms, pair_columns
@@ -94,7 +94,7 @@ def symmetric_coefficient_rules(spec) -> tuple:
 def derive_symmetric(spec, truncation: int | None = None, potential: Potential | None = None,
                      nu: dict | None = None) -> System:
     """The direct/tied hierarchy of a spec whose indices are all symmetric (docs/theory.md §4, §5)."""
-    spec = load_spec(spec)
+    spec = require_spec(spec, "derive_symmetric")
     M = truncation or spec.truncation
     P = potential or Potential(spec)
     alphabet = alphabet_of(spec)

@@ -21,7 +21,7 @@ import numpy as np
 import sympy as sp
 
 from ..errors import SpecError
-from ..spec import Spec, load_spec
+from ..spec import Spec, load_spec, require_spec
 from ..symbolic.gaussian import BETA, LABEL_NOISE, GaussianG, OrderParameters, integrate_label_noise
 from ..symbolic.loss import beta_of, build_loss
 from ..symbolic.quadrature import (
@@ -99,7 +99,7 @@ class GaussianExpectation(PicklesWithoutCaches):
 
     def __init__(self, spec, terms, tol: float = 1e-8, gauss: GaussianG | None = None, gradient: bool = True,
                  relative: bool = False, start_order: int = 17, max_nodes: int = MAX_NODES):
-        self.spec: Spec = load_spec(spec)
+        self.spec: Spec = require_spec(spec, "GaussianExpectation")
         self.tol, self.gradient, self.relative, self.start_order = tol, gradient, relative, start_order
         self.max_nodes = max_nodes
         if gauss is None:
@@ -421,7 +421,7 @@ class Potential(GaussianExpectation):
     """Φ of one spec as a function of the order parameters named like the CSV columns."""
 
     def __init__(self, spec, tol: float = 1e-8):
-        spec = load_spec(spec)
+        spec = require_spec(spec, "Potential")
         self.loss = build_loss(spec)
         super().__init__(spec, self.loss.terms, tol, GaussianG(self.loss, OrderParameters(spec)))
 
@@ -509,4 +509,4 @@ class Potential(GaussianExpectation):
 
 def potential(spec, tol: float = 1e-8) -> Potential:
     """Φ of a spec (path, dict or Spec)."""
-    return Potential(spec, tol=tol)
+    return Potential(load_spec(spec), tol=tol)

@@ -179,8 +179,9 @@ def fast_phase(system, time: float = 20.0, points: int = 101, init="free", dim: 
     and ``m_<name>`` of every untied index. ``m_star``: the critical point reached (Newton-polished).
     """
     if not isinstance(system, S.System):
+        from ..spec import load_spec
         from .untied import derive_untied
-        system = derive_untied(system, 2)
+        system = derive_untied(load_spec(system), 2)
     y = pre_fast_state(system, init, dim, seed, means)
     t = np.linspace(0.0, time, points)
     pos, trainable = system.mean_pos, system.mean_trainable

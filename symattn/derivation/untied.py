@@ -36,7 +36,7 @@ S_l → (M_l + M_lᵀ)/2 for untied l.
 from __future__ import annotations
 
 from ..kinds import alphabet_of, metric_letters
-from ..spec import Spec, load_spec
+from ..spec import Spec, require_spec
 from .hierarchy import apply_flows, closes, min_truncation
 from .noise import noise_terms, nu_expectations, nu_names
 from .potential import Potential
@@ -120,7 +120,7 @@ def untied_columns(spec, index, mean_state, theta_pos, symmetric) -> list:
 def derive_untied(spec, truncation: int | None = None, potential: Potential | None = None,
                   nu: dict | None = None) -> System:
     """The untied slow hierarchy of a spec with at least one untied index (docs/theory.md §6)."""
-    spec = load_spec(spec)
+    spec = require_spec(spec, "derive_untied")
     M = truncation or spec.truncation
     # flows that preserve the word length (direct, general S) close the system at M = 2 (§4), not with Σ (§1)
     M = 2 if closes(spec) else M

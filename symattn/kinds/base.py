@@ -82,10 +82,10 @@ class Kind:
         """Entries of a dense d×d matrix it keeps (memory estimate)."""
         return 0
 
-    def realise(self, ix, N: int, rng, diagonal: bool) -> tuple:
-        """(representation, value) of the size-N realisation of its law for the matrix-level solver
-        (``symattn.matrix.Mat``): ``("scalar", c)``, ``("diag", λ)``, ``("factor", W)`` (S = WWᵀ),
-        ``("dense", S)``, ``("ndense", S)`` or ``("pair", (U, V))`` (M = UVᵀ)."""
+    def realise(self, ix, N: int, rng, diagonal: bool):
+        """The size-N realisation of its law for the matrix-level solver, as one of ``symattn.matrix``'s
+        representations: ``Scalar(c)``, ``Diag(λ)``, ``Factor(W)`` (S = WWᵀ), ``Dense(S)``, ``NDense(S)`` or
+        ``Pair((U, V))`` (M = UVᵀ)."""
         raise SpecError(f"indices.{ix.name}.parameterization: {self.name} — no size-N realisation of its "
                         f"initial law for the matrix-level solver")
 

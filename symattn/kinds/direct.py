@@ -27,13 +27,14 @@ class Direct(Dense):
 
     def realise(self, ix, N, rng, diagonal):
         """Semicircle quantiles of radius 2σ, Haar-rotated."""
+        from ..matrix import Dense, Diag
         from ..symbolic.spectra import haar_orthogonal, semicircle_quantiles
         lam = semicircle_quantiles(N, 2.0 * ix.sigma)
         if diagonal:
-            return "diag", lam
+            return Diag(lam)
         O = haar_orthogonal(N, rng)
         S = (O * lam[None, :]) @ O.T
-        return "dense", 0.5 * (S + S.T)
+        return Dense(0.5 * (S + S.T))
 
     def matrix_velocity(self, k, ctx):
         """dS_k/dτ = −2 Σ_l Γ_kl S_l − γ S_k."""

@@ -33,7 +33,8 @@ class General(Dense):
 
     def realise(self, ix, N, rng, diagonal):
         """A Ginibre draw: the circular law has no real quantile spectrum to fix."""
-        return "ndense", self.draw(ix, N, rng)["S"]
+        from ..matrix import NDense
+        return NDense(self.draw(ix, N, rng)["S"])
 
     def matrix_velocity(self, k, ctx):
         """dS_k/dτ = −2 Σ_l (GΩ_kl S_l + GΨ_kl S_lᵀ) − γ S_k."""

@@ -21,7 +21,8 @@ class Identity(Kind):
         return {"S": ix.scale * np.eye(dim)}
 
     def realise(self, ix, N, rng, diagonal):
-        return "scalar", float(ix.scale)
+        from ..matrix import Scalar
+        return Scalar(float(ix.scale))
 
     def preactivation(self, P, X, cols, XXt=None, scale=None):
         return scale * (XXt if XXt is not None else X @ transpose(X))

@@ -30,23 +30,25 @@ class Tied(Kind):
         """Free Poisson (Marchenko–Pastur) quantiles λ and a Haar O: S = O diag(λ) Oᵀ itself when the
         width κ > DENSE_WIDTH, else the factor O diag(√λ) of its non-zero part (whichever flow costs
         fewer flops per evaluation: one N³ product S·S, or WᵀW and W(WᵀW), (κ + κ²)N³)."""
+        from ..matrix import Dense, Diag, Factor
         from ..symbolic.spectra import free_poisson_quantiles, haar_orthogonal
         lam = free_poisson_quantiles(N, ix.width, ix.sigma ** 2)
         if diagonal:
-            return "diag", lam
+            return Diag(lam)
         O = haar_orthogonal(N, rng)
         if ix.width > DENSE_WIDTH:
             S = (O * lam[None, :]) @ O.T
-            return "dense", 0.5 * (S + S.T)
+            return Dense(0.5 * (S + S.T))
         nz = lam > 0
-        return "factor", O[:, nz] * np.sqrt(lam[nz])[None, :]
+        return Factor(O[:, nz] * np.sqrt(lam[nz])[None, :])
 
     def matrix_velocity(self, k, ctx):
         """dW_k/dτ = −4 (Σ_l Γ_kl S_l) W_k − γ W_k, so that d(WWᵀ)/dτ is the S flow below; in the
         dense form S itself, dS_k/dτ = −4 Σ_l Γ_kl (S_l S_k + S_k S_l) − 2γ S_k (a batch of realisations:
         Γ one per realisation, ``symattn.matrix``)."""
+        from ..matrix import Dense
         Mk = ctx.mats[k]
-        dense = Mk.kind == "dense"
+        dense = isinstance(Mk, Dense)
         metric = ctx.metric                # whitened variables: the gradient part preconditioned by Σ
         half = dense and metric is not None
         acc = None
@@ -71,19 +73,21 @@ class Tied(Kind):
 
     def reads_square(self, M, metric=None) -> bool:
         """The dense form without Σ: its flow's −8Γ_kk S_k² term is 2·S_k S_kᵀ."""
-        return M.kind == "dense" and metric is None
+        from ..matrix import Dense
+        return isinstance(M, Dense) and metric is None
 
     def split_degree(self, M):
         """2 for the dense form S = WWᵀ (quadratic in W): the noisy flow's steps then match the factor
         form's, at half the products per evaluation (one S·S against WᵀW and W(WᵀW))."""
-        return 2 if M.kind == "dense" else 1
+        from ..matrix import Dense
+        return 2 if isinstance(M, Dense) else 1
 
     def noise_map(self, M, X, metric=None):
         """W ← (I − 2dΞ)W, i.e. S ← (I − 2dΞ) S (I − 2dΞ) (the dense form); whitened: dΞ → ΣdΞ on the left,
         dΞΣ on the right (symattn.features)."""
-        from ..matrix import Mat
+        from ..matrix import Dense, Factor
         left = X if metric is None else metric[:, None] * X
-        if M.kind == "dense":
+        if isinstance(M, Dense):
             A = left @ M.value
             A *= -2.0
             A += M.value                                    # (I − 2dΞ)S
@@ -92,8 +96,8 @@ class Tied(Kind):
             B += A                                          # (I − 2dΞ)S(I − 2dΞ)ᵀ
             B += transpose(B)                               # symmetric again, exactly (Mat.with_parts does not
             B *= 0.5                                        # symmetrise): its antisymmetric part is unstable
-            return Mat("dense", B)
-        return Mat("factor", M.value - 2.0 * (left @ M.value))
+            return Dense(B)
+        return Factor(M.value - 2.0 * (left @ M.value))
 
     # SGD: ∇_W = Σ_b X_bᵀ (e_b + e_bᵀ) X_b W /(B√d) − 2 mean_b tr(e_b C) W/√d
     def preactivation(self, P, X, cols, XXt=None, scale=None):

@@ -46,15 +46,16 @@ class Untied(Kind):
             O = np.eye(N) if (diagonal and j == 0) else haar_orthogonal(N, rng)
             Q = haar_orthogonal(r, rng)[:, :len(nz)]
             parts.append((O[:, nz] * np.sqrt(lam[nz])[None, :]) @ Q.T)
-        return "pair", tuple(parts)
+        from ..matrix import Pair
+        return Pair(tuple(parts))
 
     def noise_map(self, M, X, metric=None):
         """(U, V) ← (U − dΞ V, V − dΞᵀ U); whitened: the increments left-multiplied by Σ (symattn.features)."""
-        from ..matrix import Mat
+        from ..matrix import Pair
         U, V = M.value
         if metric is None:
-            return Mat("pair", (U - X @ V, V - transpose(X) @ U))
-        return Mat("pair", (U - metric[:, None] * (X @ V), V - metric[:, None] * (transpose(X) @ U)))
+            return Pair((U - X @ V, V - transpose(X) @ U))
+        return Pair((U - metric[:, None] * (X @ V), V - metric[:, None] * (transpose(X) @ U)))
 
     def matrix_velocity(self, k, ctx):
         """U̇ = −β V − 2 X V − γU, V̇ = −β U − 2 Xᵀ U − γV, X = Σ_l (GΩ_kl M_l + GΨ_kl M_lᵀ), with the

@@ -1,7 +1,9 @@
 """Online SGD at finite d (docs/theory.md §1, §3): ``simulate(spec, dim, seeds, time, points)``.
 
-Modules: ``init`` (initial matrices, §3/§7), ``sgd`` (one batched SGD step), ``measure`` (order
-parameters, test loss), ``run`` (seeds in parallel, table/CSV), ``torch_backend`` (all seeds batched on PyTorch).
+Modules: ``init`` (initial matrices, §3/§7), ``sgd`` (one batched SGD step, NumPy), ``torch_backend`` (all seeds
+batched on PyTorch), ``protocol`` (the interface both models implement), ``seed`` (one seed's loop and divergence
+checks), ``plan`` (a call's arguments checked, its cost estimated and limited, its measurement steps),
+``executors`` (sequential, forked pool, torch), ``run`` (``simulate``: plan → executor → table/CSV).
 """
 from ..measure import column_names, order_parameters
 from .init import dense, draw_initial

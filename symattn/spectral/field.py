@@ -14,7 +14,7 @@ import numpy as np
 
 from ..derivation.means import relax_means, solve_means
 from ..errors import ExpectationUndefined, NumericalFailure
-from ..matrix import Mat, inner, pair_trace, stack, syrk
+from ..matrix import Diag, Factor, Mat, Pair, Scalar, inner, pair_trace, stack, syrk
 from ..spec import Spec
 
 BLOWUP = 1e12          # |q| beyond this is a divergence
@@ -44,7 +44,7 @@ class Context:
         if not Ml.symmetric:
             return 0.5 * (Ml.apply(X) + Ml.apply_t(X))
         gram = None
-        if Ml.kind == "factor" and k is not None:
+        if isinstance(Ml, Factor) and k is not None:
             gram = self.grams.get((l, k))
             if gram is None and (k, l) in self.grams:
                 gram = self.grams[(k, l)].swapaxes(-1, -2)
@@ -61,9 +61,9 @@ class Context:
             out = syrk(S) if out is None else out
             out *= 2.0 * c
             return out
-        if Ml.kind == "scalar":
+        if isinstance(Ml, Scalar):
             return (2.0 * Ml.value * c) * S
-        if Ml.kind == "diag":
+        if isinstance(Ml, Diag):
             out = Ml.pair_sum * S
         else:
             A = self.sym_apply(l, S, k)
@@ -146,7 +146,7 @@ class Flow:
     def to_dtype(self, dtype) -> None:
         """Every matrix (and Σ's diagonal) in ``dtype``: the noisy flow's float32 (``NOISY_DTYPE``)."""
         self.dtype = np.dtype(dtype)
-        self.mats = [m if m.kind == "scalar" else m.with_parts([np.asarray(p, dtype=self.dtype) for p in m.parts()])
+        self.mats = [m if isinstance(m, Scalar) else m.with_parts([np.asarray(p, dtype=self.dtype) for p in m.parts()])
                      for m in self.mats]
         if self.metric is not None:
             self.metric = np.asarray(self.metric, dtype=self.dtype)
@@ -265,7 +265,7 @@ class Flow:
             row[f"tr_{n}"] = tr[a]
         for a, n in enumerate(names):
             if a in self.mean_of:
-                U, V = mats[a].parts() if mats[a].kind == "pair" else (None, None)
+                U, V = mats[a].parts() if isinstance(mats[a], Pair) else (None, None)
                 row[f"m_{n}"] = th[:, self.mean_of[a]]
                 if U is not None:
                     row[f"trA_{n}"] = inner(U, U) / N

@@ -13,8 +13,8 @@ import math
 
 import numpy as np
 
-from ..matrix import Mat, from_state, stack
-from ..spec import load_spec
+from ..matrix import Mat, NDense, Pair, Scalar, from_state, stack
+from ..spec import require_spec
 from .field import Flow
 
 BLOWUP = 1e12          # |q| beyond this is a divergence
@@ -35,7 +35,7 @@ def initial_realisation(spec, size: int, seed: int = 0, init: str = "free", odd=
     indices decoupled from the students (:func:`decoupled_teachers`); then every index is built
     from two independent realisations of size N/2, block-diagonally, and those in ``odd``
     off-diagonally (:func:`join_halves`)."""
-    spec = load_spec(spec)
+    spec = require_spec(spec, "initial_realisation")
     if init == "sample":
         from ..initial import draw_initial
         return [from_state(ix.kind, s) for ix, s in zip(spec.indices, draw_initial(spec, int(size), int(seed)))]
@@ -45,16 +45,16 @@ def initial_realisation(spec, size: int, seed: int = 0, init: str = "free", odd=
     f = spec.features
     if odd:
         n = int(size) // 2
-        mats = [join_halves(Mat(*ix.kind.realise(ix, n, rng, False)), Mat(*ix.kind.realise(ix, n, rng, False)), k in odd)
+        mats = [join_halves(ix.kind.realise(ix, n, rng, False), ix.kind.realise(ix, n, rng, False), k in odd)
                 for k, ix in enumerate(spec.indices)]
         return mats if f.identity else [m.whitened(np.tile(f.root(n, matched=True), 2)) for m in mats]
     # Σ (diagonal) is free from every index: then no index may be diagonal in Σ's basis
     diag_k = next((k for k in spec.teachers if spec.indices[k].kind.factors), None) if f.identity else None
-    mats = [Mat(*ix.kind.realise(ix, size, rng, k == diag_k)) for k, ix in enumerate(spec.indices)]
+    mats = [ix.kind.realise(ix, size, rng, k == diag_k) for k, ix in enumerate(spec.indices)]
     return mats if f.identity else [m.whitened(f.root(size, matched=True)) for m in mats]
 
 
-ODD_FORMS = ("pair", "ndense")     # the realisations :func:`join_halves` can write off-diagonally
+ODD_FORMS = (Pair, NDense)     # the realisations :func:`join_halves` can write off-diagonally
 
 
 def join_halves(a: Mat, b: Mat, odd: bool) -> Mat:
@@ -63,20 +63,20 @@ def join_halves(a: Mat, b: Mat, odd: bool) -> Mat:
     V = [[V_b, 0], [0, V_a]], so that M = UVᵀ = [[0, U_a V_aᵀ], [U_b V_bᵀ, 0]]. With O = diag(I, −I),
     O M Oᵀ = −M for the odd indices and = M for the others (docs/theory.md §7)."""
     from scipy.linalg import block_diag
-    if a.kind == "scalar":
+    if isinstance(a, Scalar):
         return a
-    if a.kind == "pair":
+    if isinstance(a, Pair):
         (Ua, Va), (Ub, Vb) = a.value, b.value
         if not odd:
-            return Mat("pair", (block_diag(Ua, Ub), block_diag(Va, Vb)))
+            return Pair((block_diag(Ua, Ub), block_diag(Va, Vb)))
         U = np.block([[np.zeros((Ua.shape[0], Ub.shape[1])), Ua], [Ub, np.zeros((Ub.shape[0], Ua.shape[1]))]])
-        return Mat("pair", (U, block_diag(Vb, Va)))
+        return Pair((U, block_diag(Vb, Va)))
     if odd:
-        if a.kind != "ndense":
-            raise ValueError(f"an index realised as {a.kind!r} cannot be odd")
+        if not isinstance(a, NDense):
+            raise ValueError(f"an index realised as {a.form!r} cannot be odd")
         z = np.zeros_like(a.value)
-        return Mat("ndense", np.block([[z, a.value], [b.value, z]]))
-    return Mat(a.kind, block_diag(a.value, b.value))
+        return NDense(np.block([[z, a.value], [b.value, z]]))
+    return type(a)(block_diag(a.value, b.value))
 
 
 def decoupled_teachers(spec, P, trials: int = 4) -> list:
@@ -91,8 +91,7 @@ def decoupled_teachers(spec, P, trials: int = 4) -> list:
     rng = np.random.default_rng(0)
     for k in spec.teachers:
         ix = spec.indices[k]
-        form = Mat(*ix.kind.realise(ix, 4, rng, False)).kind
-        if form in ODD_FORMS:
+        if isinstance(ix.kind.realise(ix, 4, rng, False), ODD_FORMS):
             cand.append(k)
     if not cand or not spec.students:
         return []

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import UsageError
-from ..spec import load_spec
+from ..spec import require_spec
 from ..threads import blas_threads
 from .deterministic import integrate_deterministic
 from .estimate import add_errors, half_size
@@ -169,7 +169,7 @@ def solve_spectral(spec, time: float = 1.0, points: int = 51, potential=None, op
     also contains the O(1/(N√R)) noise spread."""
     from ..codegen.potential import compiled_potential
 
-    spec = load_spec(spec)
+    spec = require_spec(spec, "solve_spectral")
     o = dataclasses.replace(options or Options(), **kw).checked(time, points)
     P = potential if potential is not None else compiled_potential(spec)
     times = output_times(time, points)
