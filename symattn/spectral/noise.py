@@ -150,7 +150,6 @@ class Noise:
         E Tr(X dΞ_k Y dΞ_lᵀ)/N ≈ ε ν2_kl dt trX trY. For a realisation in two independent halves
         (``flow.blocks`` = N/2, :func:`decoupled_teachers`) each half gets its own, of size N/2. One
         (R, N, N) array per trainable index; realisation r from its own stream."""
-        from scipy.linalg import block_diag
         R, n = Cs.shape[0], Cs.shape[1]
         blocks, dtype = self.flow.blocks, self.flow.dtype
         size = blocks or N
@@ -168,6 +167,7 @@ class Noise:
                     continue
                 for m in range(n):
                     if blocks:
+                        from scipy.linalg import block_diag      # only here: the warm process skips SciPy
                         Z = block_diag(*(pair_sum(rng, size, s, dtype, scale) for _ in range(2)))
                     else:
                         Z = pair_sum(rng, N, s, dtype, scale)
