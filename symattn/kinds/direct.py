@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import matrix as mat
 from .base import transpose
 from .dense import Dense
 from .tied import _reps
@@ -27,14 +28,13 @@ class Direct(Dense):
 
     def realise(self, ix, N, rng, diagonal):
         """Semicircle quantiles of radius 2σ, Haar-rotated."""
-        from ..matrix import Dense, Diag
         from ..symbolic.spectra import haar_orthogonal, semicircle_quantiles
         lam = semicircle_quantiles(N, 2.0 * ix.sigma)
         if diagonal:
-            return Diag(lam)
+            return mat.Diag(lam)
         O = haar_orthogonal(N, rng)
         S = (O * lam[None, :]) @ O.T
-        return Dense(0.5 * (S + S.T))
+        return mat.Dense(0.5 * (S + S.T))
 
     def matrix_velocity(self, k, ctx):
         """dS_k/dτ = −2 Σ_l Γ_kl S_l − γ S_k."""

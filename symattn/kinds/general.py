@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import matrix as mat
 from .dense import Dense
 
 
@@ -33,8 +34,7 @@ class General(Dense):
 
     def realise(self, ix, N, rng, diagonal):
         """A Ginibre draw: the circular law has no real quantile spectrum to fix."""
-        from ..matrix import NDense
-        return NDense(self.draw(ix, N, rng)["S"])
+        return mat.NDense(self.draw(ix, N, rng)["S"])
 
     def matrix_velocity(self, k, ctx):
         """dS_k/dτ = −2 Σ_l (GΩ_kl S_l + GΨ_kl S_lᵀ) − γ S_k."""

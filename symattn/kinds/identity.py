@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import matrix as mat
 from .base import Kind, transpose
 
 
@@ -21,8 +22,7 @@ class Identity(Kind):
         return {"S": ix.scale * np.eye(dim)}
 
     def realise(self, ix, N, rng, diagonal):
-        from ..matrix import Scalar
-        return Scalar(float(ix.scale))
+        return mat.Scalar(float(ix.scale))
 
     def preactivation(self, P, X, cols, XXt=None, scale=None):
         return scale * (XXt if XXt is not None else X @ transpose(X))

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import sympy as sp
 
+from .. import matrix as mat
 from .base import Kind, factor_width, transpose
 
 DENSE_WIDTH = 0.618     # κ + κ² > 1 above: S·S (N³) is cheaper than WᵀW and W(WᵀW)
@@ -30,25 +31,23 @@ class Tied(Kind):
         """Free Poisson (Marchenko–Pastur) quantiles λ and a Haar O: S = O diag(λ) Oᵀ itself when the
         width κ > DENSE_WIDTH, else the factor O diag(√λ) of its non-zero part (whichever flow costs
         fewer flops per evaluation: one N³ product S·S, or WᵀW and W(WᵀW), (κ + κ²)N³)."""
-        from ..matrix import Dense, Diag, Factor
         from ..symbolic.spectra import free_poisson_quantiles, haar_orthogonal
         lam = free_poisson_quantiles(N, ix.width, ix.sigma ** 2)
         if diagonal:
-            return Diag(lam)
+            return mat.Diag(lam)
         O = haar_orthogonal(N, rng)
         if ix.width > DENSE_WIDTH:
             S = (O * lam[None, :]) @ O.T
-            return Dense(0.5 * (S + S.T))
+            return mat.Dense(0.5 * (S + S.T))
         nz = lam > 0
-        return Factor(O[:, nz] * np.sqrt(lam[nz])[None, :])
+        return mat.Factor(O[:, nz] * np.sqrt(lam[nz])[None, :])
 
     def matrix_velocity(self, k, ctx):
         """dW_k/dτ = −4 (Σ_l Γ_kl S_l) W_k − γ W_k, so that d(WWᵀ)/dτ is the S flow below; in the
         dense form S itself, dS_k/dτ = −4 Σ_l Γ_kl (S_l S_k + S_k S_l) − 2γ S_k (a batch of realisations:
         Γ one per realisation, ``symattn.matrix``)."""
-        from ..matrix import Dense
         Mk = ctx.mats[k]
-        dense = isinstance(Mk, Dense)
+        dense = isinstance(Mk, mat.Dense)
         metric = ctx.metric                # whitened variables: the gradient part preconditioned by Σ
         half = dense and metric is not None
         acc = None
@@ -73,21 +72,18 @@ class Tied(Kind):
 
     def reads_square(self, M, metric=None) -> bool:
         """The dense form without Σ: its flow's −8Γ_kk S_k² term is 2·S_k S_kᵀ."""
-        from ..matrix import Dense
-        return isinstance(M, Dense) and metric is None
+        return isinstance(M, mat.Dense) and metric is None
 
     def split_degree(self, M):
         """2 for the dense form S = WWᵀ (quadratic in W): the noisy flow's steps then match the factor
         form's, at half the products per evaluation (one S·S against WᵀW and W(WᵀW))."""
-        from ..matrix import Dense
-        return 2 if isinstance(M, Dense) else 1
+        return 2 if isinstance(M, mat.Dense) else 1
 
     def noise_map(self, M, X, metric=None):
         """W ← (I − 2dΞ)W, i.e. S ← (I − 2dΞ) S (I − 2dΞ) (the dense form); whitened: dΞ → ΣdΞ on the left,
         dΞΣ on the right (symattn.features)."""
-        from ..matrix import Dense, Factor
         left = X if metric is None else metric[:, None] * X
-        if isinstance(M, Dense):
+        if isinstance(M, mat.Dense):
             A = left @ M.value
             A *= -2.0
             A += M.value                                    # (I − 2dΞ)S
@@ -96,8 +92,8 @@ class Tied(Kind):
             B += A                                          # (I − 2dΞ)S(I − 2dΞ)ᵀ
             B += transpose(B)                               # symmetric again, exactly (Mat.with_parts does not
             B *= 0.5                                        # symmetrise): its antisymmetric part is unstable
-            return Dense(B)
-        return Factor(M.value - 2.0 * (left @ M.value))
+            return mat.Dense(B)
+        return mat.Factor(M.value - 2.0 * (left @ M.value))
 
     # SGD: ∇_W = Σ_b X_bᵀ (e_b + e_bᵀ) X_b W /(B√d) − 2 mean_b tr(e_b C) W/√d
     def preactivation(self, P, X, cols, XXt=None, scale=None):

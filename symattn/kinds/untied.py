@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import sympy as sp
 
+from .. import matrix as mat
 from .base import Kind, factor_width, transpose
 
 
@@ -46,21 +47,18 @@ class Untied(Kind):
             O = np.eye(N) if (diagonal and j == 0) else haar_orthogonal(N, rng)
             Q = haar_orthogonal(r, rng)[:, :len(nz)]
             parts.append((O[:, nz] * np.sqrt(lam[nz])[None, :]) @ Q.T)
-        from ..matrix import Pair
-        return Pair(tuple(parts))
+        return mat.Pair(tuple(parts))
 
     def noise_map(self, M, X, metric=None):
         """(U, V) ← (U − dΞ V, V − dΞᵀ U); whitened: the increments left-multiplied by Σ (symattn.features)."""
-        from ..matrix import Pair
         U, V = M.value
         if metric is None:
-            return Pair((U - X @ V, V - transpose(X) @ U))
-        return Pair((U - metric[:, None] * (X @ V), V - metric[:, None] * (transpose(X) @ U)))
+            return mat.Pair((U - X @ V, V - transpose(X) @ U))
+        return mat.Pair((U - metric[:, None] * (X @ V), V - metric[:, None] * (transpose(X) @ U)))
 
     def matrix_velocity(self, k, ctx):
         """U̇ = −β V − 2 X V − γU, V̇ = −β U − 2 Xᵀ U − γV, X = Σ_l (GΩ_kl M_l + GΨ_kl M_lᵀ), with the
         slaved-mean force β = −ψ/(tᴬ + tᴮ), ψ = 2(tr X B + tr A X), which keeps tr M fixed (§6)."""
-        from ..matrix import inner
         U, V = ctx.mats[k].value
         XV, XtU = np.zeros_like(V), np.zeros_like(U)
         for l in range(ctx.K):
@@ -76,8 +74,8 @@ class Untied(Kind):
             XV, XtU, Up, Vp = m[:, None] * XV, m[:, None] * XtU, m[:, None] * U, m[:, None] * V
         else:
             Up, Vp = U, V
-        psi = 2.0 * (inner(XV, V) + inner(XtU, U)) / N
-        beta = (-psi / ((inner(Up, U) + inner(Vp, V)) / N))[..., None, None]
+        psi = 2.0 * (mat.inner(XV, V) + mat.inner(XtU, U)) / N
+        beta = (-psi / ((mat.inner(Up, U) + mat.inner(Vp, V)) / N))[..., None, None]
         return (-beta * Vp - 2.0 * XV - ctx.wd * U, -beta * Up - 2.0 * XtU - ctx.wd * V)
 
     # SGD: ∇_U = Σ_b X_bᵀ e_b X_b V /(B√d),  ∇_V = Σ_b X_bᵀ e_bᵀ X_b U /(B√d)

@@ -167,7 +167,7 @@ class Noise:
                     continue
                 for m in range(n):
                     if blocks:
-                        from scipy.linalg import block_diag      # only here: the warm process skips SciPy
+                        from scipy.linalg import block_diag  # only here: the warm process skips SciPy
                         Z = block_diag(*(pair_sum(rng, size, s, dtype, scale) for _ in range(2)))
                     else:
                         Z = pair_sum(rng, N, s, dtype, scale)
