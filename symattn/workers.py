@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 
-def _ignore_interrupts():
-    """A worker leaves Ctrl-C to the parent, which cancels the pool (:func:`forked_map`)."""
+def ignore_interrupts():
+    """A worker leaves Ctrl-C to the parent, which cancels the pool (:func:`forked_map`, and simulate's
+    ``simulation.executors.ForkPool``)."""
     import signal
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -14,7 +15,7 @@ def forked_map(fn, items, workers: int, done=None) -> list:
     result. An interrupt (or any failure) cancels the items not started, stops the workers and re-raises."""
     import concurrent.futures as cf
     import multiprocessing as mp
-    pool = cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("fork"), initializer=_ignore_interrupts)
+    pool = cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("fork"), initializer=ignore_interrupts)
     out = []
     try:
         for result in pool.map(fn, items):

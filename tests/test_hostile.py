@@ -80,10 +80,26 @@ def test_special_outputs_are_written_through(here, capsys):
     os.mkfifo(here / "pipe")
     line = _one_line(*_run([*THEORY, "--out", "pipe"], capsys)[::2], 2)       # no reader: refused, never blocks
     assert "named pipe with no reader" in line and stat.S_ISFIFO(os.stat(here / "pipe").st_mode)
-    got = []
-    reader = threading.Thread(target=lambda: got.append(open(here / "pipe").read()))
+    got, ready = [], threading.Event()
+
+    def read_pipe():          # a reader from its non-blocking open on, so the run below finds one (no sleep)
+        fd = os.open(here / "pipe", os.O_RDONLY | os.O_NONBLOCK)
+        ready.set()
+        os.set_blocking(fd, True)
+        chunks, deadline = [], time.monotonic() + 60
+        while time.monotonic() < deadline:
+            chunk = os.read(fd, 1 << 16)
+            if chunk:
+                chunks.append(chunk)
+            elif chunks:                   # end of file after the writer wrote and closed
+                break
+            else:                          # end of file before any writer opened: wait for it
+                time.sleep(0.01)
+        os.close(fd)
+        got.append(b"".join(chunks).decode())
+    reader = threading.Thread(target=read_pipe)
     reader.start()
-    time.sleep(0.2)                                                            # the reader has the pipe open
+    assert ready.wait(60)
     assert main([*THEORY, "--out", "pipe"]) == 0
     reader.join(timeout=60)
     assert got and got[0].startswith("time,") and stat.S_ISFIFO(os.stat(here / "pipe").st_mode)

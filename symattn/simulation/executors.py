@@ -10,11 +10,11 @@ tables are identical to a sequential run). ``Torch``: every seed in one leading 
 from __future__ import annotations
 
 import multiprocessing as mp
-import signal
 from typing import Protocol
 
 from ..errors import NumericalFailure
 from ..threads import blas_limits
+from ..workers import ignore_interrupts
 from .seed import BOUND, CHECK_EVERY, TEST_STREAM, run_seed
 
 
@@ -45,8 +45,7 @@ _JOB: dict = {}          # the plan's job in the forked workers (inherited, not 
 
 
 def _worker_init(threads):
-    signal.signal(signal.SIGINT, signal.SIG_IGN)      # the parent handles Ctrl-C and ends the pool
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    ignore_interrupts()                               # the parent handles Ctrl-C and ends the pool
     blas_limits(threads)
 
 
