@@ -4,8 +4,9 @@ Direct/tied moment hierarchy; truncation M = 6; 37 moments (words up to length 6
 Time axis: package time nα/d. Run-time parameters: params = [weight decay γ, noise ratio ε, label-noise variance s², inverse temperature β, ν...].
 Structure digest: 25ef32125f5eac61
 Φ = 0 + E[non-polynomial terms]
-Quadrature: 6 terms, 47, 35, 47, 47, 35, 47 nodes per dimension at β = 1 (calibrated at the initial state, error estimate 3.1e-10);
-another β: set_orders(β, orders) (symattn calibrates them), else these
+Quadrature: 6 terms; their nodes per dimension are run-time data, calibrated at the
+initial state a run starts from: set_orders(β, orders) (symattn calibrates and sets them; a module
+written by `symattn derive` ends by setting the β = 1 orders of its spec's initial state)
 
 Equations (package time tau = n*alpha/d; mu_w = Tr(w)/d of the words below; Gamma, GammaOmega, GammaPsi = the
 gradient of Phi in the full-matrix convention, betabar the slaved-mean force, nu the SGD-noise constants; the
@@ -189,32 +190,34 @@ VAL = np.array([
 from symattn.codegen import runtime as _rt
 
 _TERMS = {}       # expectation -> its quadrature terms' β = 1 data (P, μ0, ∂μ/∂θ, Σ0, ∂Σ/∂θ, cap, half-width)
-_ORDERS_AT = {}   # β -> {expectation: orders}, registered by set_orders
-_DATA = {}        # (expectation, β) -> the packed data of its terms
+_KERNELS = {}     # expectation -> per term its compiled expectations (a second: where the first returns NaN)
+_ORDERS_AT = {}   # β -> {expectation: nodes per dimension of each term}, registered by set_orders
+_DATA = {}        # (expectation, β, orders) -> the packed data of its terms
 
 
 def set_orders(beta, orders):
-    """Use ``orders`` ({expectation: nodes per dimension of each term}) at inverse temperature β;
-    ``ORDERS`` (calibrated at β = 1) serve at β = 1, and another β needs its own (symattn's
-    ``codegen.systems.register_orders`` calibrates and sets them)."""
-    _ORDERS_AT[float(beta)] = {**ORDERS, **{k: tuple(v) for k, v in orders.items()}}
-    for key in [k for k in _DATA if k[1] == float(beta)]:
-        del _DATA[key]
+    """Use ``orders`` ({expectation: nodes per dimension of each term}) at inverse temperature β from now on.
+    The orders are run-time data: symattn calibrates them at the initial state a run starts from and sets
+    them before the run (``codegen.systems.register_orders``); without them the module refuses that β
+    rather than integrate it at some other state's accuracy."""
+    _ORDERS_AT[float(beta)] = {k: tuple(v) for k, v in orders.items()}
 
 
 def _data(name, beta):
-    """The packed data of expectation ``name``'s terms at β (μ scaled by β, Σ by β²), built once."""
-    key = (name, beta)
+    """The packed data of expectation ``name``'s terms at β (μ scaled by β, Σ by β²) with the orders set
+    there, built once per (β, orders)."""
+    b = float(beta)
+    orders = _ORDERS_AT.get(b)
+    if orders is None or name not in orders:
+        raise ValueError(f"no quadrature orders at beta = {b:g}: call set_orders(beta, orders) first "
+                         "(symattn.codegen.systems.register_orders calibrates them)")
+    key = (name, b, orders[name])
     d = _DATA.get(key)
     if d is None:
-        b = float(beta)
-        orders = _ORDERS_AT.get(b, ORDERS if b == 1.0 else None)
-        if orders is None:
-            raise ValueError(f"no quadrature orders at beta = {b:g}: call set_orders(beta, orders) first "
-                             "(symattn.codegen.systems.register_orders calibrates them)")
+        if len(_DATA) >= 256:       # a long scan of states: keep the memory bounded
+            _DATA.clear()
         d = _DATA[key] = _rt.term_data(_TERMS[name], orders[name], b)
     return d
-
 
 
 # ---- compiled quadrature kernels ----
@@ -769,6 +772,7 @@ _T_phi5 = (_P_phi5, _MU0_phi5, _MUT_phi5, _COV0_phi5, _COVT_phi5, 1413, 6.569708
 
 
 _TERMS['phi_and_grad'] = (_T_phi0, _T_phi1, _T_phi2, _T_phi3, _T_phi4, _T_phi5,)
+_KERNELS['phi_and_grad'] = ((_expect_0, _expect_1, ), (_expect_0, _expect_1, ), (_expect_2, _expect_3, ), (_expect_0, _expect_1, ), (_expect_0, _expect_1, ), (_expect_2, _expect_3, ),)
 
 
 def phi_and_grad(theta, law):
@@ -849,6 +853,7 @@ _T_nu002 = (_P_nu002, _MU0_nu002, _MUT_nu002, _COV0_nu002, _COVT_nu002, 447, 4.2
 
 
 _TERMS['nu_0_0'] = (_T_nu000, _T_nu001, _T_nu002,)
+_KERNELS['nu_0_0'] = ((_expect_4, ), (_expect_5, ), (_expect_6, ),)
 
 
 def nu_0_0(theta, law):
@@ -860,9 +865,6 @@ def nu_0_0(theta, law):
     val += beta ** 2 * _expect_5(theta, D[1])[0]
     val += beta ** 2 * _expect_6(theta, D[2])[0]
     return val
-
-
-ORDERS = {'phi_and_grad': (47, 35, 47, 47, 35, 47), 'nu_0_0': (19, 9, 19)}  # nodes per dimension of each term, calibrated at β = 1
 
 
 @njit(cache=True)
@@ -911,3 +913,7 @@ def noise_values(mu, law):
     temperature β) = params[2:4]): params[4:] of ``rhs``."""
     theta = mu[THETA_WORDS]
     return np.array([nu_0_0(theta, law)])
+
+
+# the quadrature orders calibrated at tied_softmax_L2's free initial state, β = 1 (error estimate 3.1e-10)
+set_orders(1.0, {'phi_and_grad': (47, 35, 47, 47, 35, 47), 'nu_0_0': (19, 9, 19)})

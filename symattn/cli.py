@@ -216,7 +216,7 @@ def cmd_derive(args):
     import time
 
     from .codegen.load import default_path, write_module
-    from .codegen.systems import compiled, source
+    from .codegen.systems import compiled, module_file
     from .derivation import derive
     from .derivation.hierarchy import require_moments
     from .files import check_output_file
@@ -238,7 +238,7 @@ def cmd_derive(args):
     system = derive(spec, M)
     t1 = time.perf_counter()
     stored = " (read from the store of derived systems)" if getattr(system, "_source", None) is not None else ""
-    path = write_module(source(system), out)
+    path = write_module(module_file(system), out)
     t2 = time.perf_counter()
     compiled(system)
     t3 = time.perf_counter()

@@ -140,6 +140,17 @@ class Spec:
                 **({} if self.features.identity else {"feature_covariance": True})}
 
     @property
+    def initial_laws(self) -> str:
+        """The initial laws — every index's width, init_scale and scale, and the features' Σ — as canonical JSON:
+        what the free initial state depends on beyond the structure (the state at which a Gaussian quadrature
+        is calibrated, ``derivation.potential``)."""
+        laws = [{"width": ix.width, "init_scale": list(ix.init_scale), "scale": ix.scale} for ix in self.indices]
+        if not self.features.identity:
+            laws.append({"features": self.features.describe(),
+                         "moments": [self.features.moment(n) for n in range(2, 9)]})
+        return json.dumps(laws, sort_keys=True)
+
+    @property
     def digest(self) -> str:
         """SHA-256 (hex) of the validated content (not of the file's spelling or path)."""
         fields = {k: v for k, v in self.__dict__.items() if k not in ("source", "raw")}

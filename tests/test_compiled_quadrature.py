@@ -166,6 +166,51 @@ def test_truncations_share_one_verified_kernel_file(tmp_path, monkeypatch):
     assert np.array_equal(mod.rhs(0.0, mu, R.params(lower, 0.0)), b.rhs(0.0, mu, R.params(lower, 0.0)))
 
 
+def test_initial_laws_are_run_time_data_and_orders_are_calibrated_per_state(tmp_path, monkeypatch):
+    """Specs differing only in the initial laws (the student's σ) share one stored derivation and one
+    module: the second derives nothing and writes no module. Each gets the quadrature orders calibrated at
+    its own free initial state — by the module's compiled kernels, the same orders as the Python
+    quadrature's calibration there, and an error estimate equal to rounding (1e-12: the two sum the same
+    nodes) — and the module then evaluates Φ at that state with them (the Python Φ at those orders to
+    1e-10; with σ = 1's orders the σ = 1.5 gradient differs by more). A state calibrated before is loaded with the
+    system, not calibrated again."""
+    import sys
+
+    from symattn.codegen.systems import _theta0
+    from symattn.derivation.potential import GaussianExpectation, Potential
+    monkeypatch.setenv("SYMATTN_CACHE", str(tmp_path))
+    for name in [n for n in sys.modules if n.startswith("symattn_generated_")]:
+        monkeypatch.delitem(sys.modules, name)
+    raw = spec("softmax").raw
+    wide = {**raw, "indices": [{**raw["indices"][0], "init_scale": 1.5}, raw["indices"][1]]}
+    a, b = derive(load_spec(raw), 2), None
+    mod = compiled(a)
+    files = sorted(p.name for p in tmp_path.rglob("*") if p.suffix in (".py", ".pkl"))
+    b = derive(load_spec(wide), 2)
+    assert b._source == a._source                               # loaded from the store, not derived
+    assert compiled(b) is mod
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.suffix in (".py", ".pkl")) == files
+    assert a.potential.order != b.potential.order               # σ = 1.5 needs other orders than σ = 1
+    for system in (a, b):
+        theta = np.ascontiguousarray(_theta0(system))
+        ref = Potential(system.spec, tol=system.potential.tol)  # the Python quadrature's own calibration
+        ref.calibrate(theta)
+        assert ref.order == system.potential.order
+        assert abs(ref.error - system.potential.error) <= 1e-12
+        compiled(system)                                        # this state's orders, set for the run
+        val, grad = mod.phi_and_grad(theta, R.law(system))
+        ref_val, ref_grad = ref.value_and_gradient(theta)
+        scale = 1.0 + abs(ref_val) + np.max(np.abs(ref_grad))
+        assert abs(val - ref_val) <= TOL * scale and np.max(np.abs(grad - ref_grad)) <= TOL * scale
+        if system is b:                         # σ = 1's coarser orders miss σ = 1.5's tolerance
+            mod.set_orders(1.0, {"phi_and_grad": a.potential.order})
+            assert np.max(np.abs(mod.phi_and_grad(theta, R.law(b))[1] - ref_grad)) > TOL * scale
+    monkeypatch.setattr(GaussianExpectation, "calibrate", lambda *a, **k: pytest.fail("calibrated again"))
+    again = derive(load_spec(wide), 2)
+    compiled(again)
+    assert again.potential.order == b.potential.order
+
+
 def test_label_noise_variance_is_a_run_time_parameter():
     """Two specs differing only in the label-noise variance derive one module (ξ is integrated out
     analytically, s² is params[2]); with each spec's params the compiled right-hand side equals that
@@ -235,7 +280,7 @@ def test_a_jump_is_compiled_by_the_score_route_and_equals_the_python_quadrature(
         "import math\n\nimport numpy\nimport numpy as np\nfrom numba import njit\n",
         emit.template("gauss_rule.py.tmpl").template,
         emit.KERNELS_BEGIN + "\n" + "\n\n".join(text for _, text in kernels.values()) + emit.KERNELS_END,
-        emit.WITH_LAW, code, f"ORDERS = {orders!r}\n"])
+        emit.WITH_LAW, code, f"set_orders({P.beta!r}, {{'phi_and_grad': {P.order!r}}})\n"])
     mod = cached_module(source)
     law = np.array([P.label_noise, P.beta])
     for point in (th, P.theta({"q_s_s": 1.3, "q_s_t": -0.4, "q_t_t": 0.6})):

@@ -214,7 +214,7 @@ def _kernel(mode, exprs, variables, r, kernels: dict) -> int:
 
 
 def quad_term_code(tag, term, position, gradient, kernels: dict):
-    """(source, calls) of one quadrature term (symbolic.quadrature.QuadTerm): its β = 1 Gaussian data
+    """(source, calls, kernel ids) of one quadrature term (symbolic.quadrature.QuadTerm): its β = 1 Gaussian data
     as arrays and the calls of its compiled expectations ``_expect_<id>`` on ``D[position]`` (the
     data packed at run time for β and the orders, ``quadrature_rule.term_data``), registered in
     ``kernels`` ((body, mode) → (id, source)) unless an earlier term has the same integrand (the rows
@@ -244,7 +244,7 @@ def quad_term_code(tag, term, position, gradient, kernels: dict):
            f"_T_{tag} = (_P_{tag}, _MU0_{tag}, _MUT_{tag}, _COV0_{tag}, _COVT_{tag}, {term.cap}, "
            f"{fnum(term.half_width)})\n"]
     calls = [f"_expect_{fid}(theta, D[{position}])" for fid in fids]
-    return "\n".join(src), calls if gradient else [calls[0] + "[0]"]
+    return "\n".join(src), calls if gradient else [calls[0] + "[0]"], fids
 
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -264,11 +264,11 @@ def expectation_code(E, fname, tag, gradient=True, kernels=None):
     law = (label-noise variance s², inverse temperature β) (the closed forms take (θ, s², β) as one
     vector; the quadrature terms their data packed for β, ``_data``).
 
-    Returns (source, orders): the quadrature orders calibrated at β = 1 (``ORDERS[fname]``).
+    Returns (source, {fname: ()} when E has quadrature terms): their orders are run-time data (``set_orders``).
     ``kernels``: the integrands emitted so far in the module (shared between expectations).
     """
     kernels = {} if kernels is None else kernels
-    syms, order = E.symbols, E.order or ()
+    syms = E.symbols
     closed = [E.closed_form] + (E.closed_gradient() if gradient else [])
     parts = [_expr_code(closed, list(syms) + [LABEL_NOISE, BETA], f"_closed_{tag}", arg_name="t")]
     jit = [] if E.base_terms else ["@njit(cache=True)"]     # numba would re-optimise the integrands
@@ -277,11 +277,12 @@ def expectation_code(E, fname, tag, gradient=True, kernels=None):
     body += ["    grad = out[1:].copy()"] if gradient else []
     if E.base_terms:
         body += [f"    D = _data({fname!r}, law[1])", "    beta = law[1]"]
-    entries = []
+    entries, routes = [], []
     for n, term in enumerate(E.base_terms):
-        code, calls = quad_term_code(f"{tag}{n}", term, n, gradient, kernels)
+        code, calls, fids = quad_term_code(f"{tag}{n}", term, n, gradient, kernels)
         parts.append(code)
         entries.append(f"_T_{tag}{n}")
+        routes.append("(" + "".join(f"_expect_{f}, " for f in fids) + ")")
         w = " * ".join(([f"law[0] ** {term.noise_power}"] if term.noise_power else [])
                        + ([f"beta ** {term.beta_power}"] if term.beta_power else []))
         w = w + " * " if w else ""
@@ -294,9 +295,10 @@ def expectation_code(E, fname, tag, gradient=True, kernels=None):
         else:
             body += [f"    val += {w}{calls[0]}"]
     if entries:
-        parts.append(f"_TERMS[{fname!r}] = ({', '.join(entries)},)\n")
+        parts.append(f"_TERMS[{fname!r}] = ({', '.join(entries)},)\n"
+                     f"_KERNELS[{fname!r}] = ({', '.join(routes)},)\n")
     body.append("    return val, grad" if gradient else "    return val")
-    return "\n\n".join(parts) + "\n\n" + "\n".join(body) + "\n", ({fname: tuple(order)} if E.base_terms else {})
+    return "\n\n".join(parts) + "\n\n" + "\n".join(body) + "\n", ({fname: ()} if E.base_terms else {})
 
 
 def gradient_entries(potential, var="g") -> dict:
@@ -335,9 +337,10 @@ def module_source(system, kind: str, coefficient_lines: list, theta: str = "mu[T
     P = system.potential
     spec_text = system.spec_text()
     words = system.word_names()
-    quad = (f"Quadrature: {len(P.base_terms)} terms, {', '.join(map(str, P.order))} nodes per dimension at β = 1 "
-            f"(calibrated at the initial state, error estimate {P.error:.1e});\nanother β: set_orders(β, orders) "
-            f"(symattn calibrates them), else these\n") if P.base_terms else ""
+    quad = (f"Quadrature: {len(P.base_terms)} terms; their nodes per dimension are run-time data, calibrated at the\n"
+            f"initial state a run starts from: set_orders(β, orders) (symattn calibrates and sets them; a module\n"
+            f"written by `symattn derive` ends by setting the β = 1 orders of its spec's initial state)\n"
+            ) if P.base_terms else ""
     head = template("header.py.tmpl").substitute(
         version=__version__, kind=kind[0].upper() + kind[1:], M=system.truncation, nmom=system.size,
         nterms=len(system.terms), digest=hashlib.sha256(spec_text.encode()).hexdigest()[:16],
@@ -366,7 +369,6 @@ def module_source(system, kind: str, coefficient_lines: list, theta: str = "mu[T
         blocks.insert(0, KERNELS_BEGIN + "\n" + "\n\n".join(text for _, text in kernels.values()) + KERNELS_END)
     if orders:
         blocks.insert(0, template("gauss_rule.py.tmpl").template)
-        blocks.append(f"ORDERS = {orders!r}  # nodes per dimension of each term, calibrated at β = 1\n")
     src.append("\n" + "\n\n".join(blocks))
     jit = "" if orders else "@njit(cache=True)\n"
     fill_lines = f"    coef = np.zeros({len(system.coef_names)})\n" + "\n".join(coefficient_lines) + "\n    return coef"

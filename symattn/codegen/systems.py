@@ -4,8 +4,9 @@ coefficient rules, for systems with slaved (untied) means the Newton solver of `
 compilation.
 
 ``source(system)`` is the module text (deterministic: the same model structure and truncation give
-the same bytes); ``compiled(system)`` imports it through the verified per-user cache (``load``),
-once per system object. The derivation knows nothing of code: this module reads its data.
+the same bytes, whatever the initial laws, ε or β); ``compiled(system)`` imports it through the verified
+per-user cache (``load``), once per system object, and sets the quadrature orders calibrated at the
+system's initial state (``register_orders``). The derivation knows nothing of code: this module reads its data.
 """
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import numpy as np
 
 from ..derivation import system as S
 from ..derivation.means import FD_STEP, algorithm_source
-from ..derivation.noise import noise_expectation_items, quadrature_nu_names
+from ..derivation.noise import quadrature_nu_names
+from ..derivation.potential import at_beta
 from .emit import gradient_entries, module_source, template
 from .load import cached_module
 
@@ -87,52 +89,96 @@ def _expectations(system) -> list:
 
 
 def source(system) -> str:
-    """The generated module of a derived system; quadrature calibrated at the free initial state, at
-    β = 1: the module does not depend on β (``compiled`` registers the orders of the spec's β)."""
-    from ..derivation.potential import at_beta
-    P = system.potential
-    theta0 = _theta0(system)
-    with at_beta(_expectations(system), 1.0):
-        if P.quad_terms and P.order is None:
-            P.calibrate(theta0)
-        nus = noise_expectation_items(system.nu, theta0)
-        slaved = bool(system.mean_indices)
-        theta = "_solve_means(mu[THETA_WORDS], params[2:4])" if slaved else "mu[THETA_WORDS]"
-        text = module_source(system, system.description, coefficient_lines(system), theta=theta,
-                             extra=slaved_means_source(system) if slaved else "", expectations=nus)
+    """The generated module of a derived system. It depends on the model's structure and truncation only: the
+    quadrature orders are run-time data (``register_orders``), so every initial law and β share one module
+    (imported and compiled once)."""
+    slaved = bool(system.mean_indices)
+    theta = "_solve_means(mu[THETA_WORDS], params[2:4])" if slaved else "mu[THETA_WORDS]"
+    nus = [(E, name, name.replace("_", "")) for name, E in system.nu.items()]
+    text = module_source(system, system.description, coefficient_lines(system), theta=theta,
+                         extra=slaved_means_source(system) if slaved else "", expectations=nus)
     if slaved:
         text += template("untied_rhs.py.tmpl").substitute(jit=_jit(system))
     return text + noise_values_source(system)
 
 
-def register_orders(system, mod) -> None:
-    """At a β other than 1, the quadrature orders calibrated there (at the free initial state), given
-    to the module (``set_orders``); the compiled integrands are β-free, so nothing recompiles."""
+def module_file(system) -> str:
+    """The module ``symattn derive`` writes: ``source`` and, where Φ or ν has quadrature terms, a last line
+    setting the orders calibrated at the spec's free initial state at β = 1, so that the file runs on its
+    own there (another state or β: ``set_orders``)."""
+    text = source(system)
+    orders = calibrated_orders(system, beta=1.0)
+    if not orders:
+        return text
     P = system.potential
-    if not P.base_terms or P.beta == 1.0:
-        return
-    fresh = P.order is None or any(E.base_terms and E.order is None for E in system.nu.values())
-    theta0 = _theta0(system)
-    if P.order is None:
-        P.calibrate(theta0)
-    noise_expectation_items(system.nu, theta0)
-    orders = {"phi_and_grad": P.order, **{name: E.order for name, E in system.nu.items() if E.base_terms}}
-    mod.set_orders(P.beta, orders)
-    if fresh and getattr(system, "_source", None) is not None:
-        from ..derivation import store
-        store.save(system)                      # a later process at this β skips the calibration
+    with at_beta(_expectations(system), 1.0):
+        error = P.error
+    return text + (f"\n\n# the quadrature orders calibrated at {system.spec.name}'s free initial state, β = 1 (error "
+                   f"estimate {error:.1e})\nset_orders(1.0, {orders!r})\n")
+
+
+def calibrated_orders(system, beta: float | None = None, mod=None) -> dict:
+    """{expectation: nodes per dimension of each term} calibrated at the free initial state of the system's
+    spec at β (the spec's by default) — from the system when it holds them for this state, else
+    calibrated now (by ``mod``'s compiled kernels when given, ``compiled_terms``: ≈ 100× cheaper than the
+    Python quadrature); {} without quadrature terms."""
+    P = system.potential
+    quad = {"phi_and_grad": P, **system.nu}
+    quad = {name: E for name, E in quad.items() if E.base_terms}
+    if not quad:
+        return {}
+    b = P.beta if beta is None else float(beta)
+    with at_beta(_expectations(system), b):
+        theta0 = None
+        for name, E in quad.items():
+            if E.order is None:
+                theta0 = _theta0(system) if theta0 is None else theta0
+                with E.evaluated_by(compiled_terms(mod, name, b) if mod is not None else None):
+                    E.calibrate(theta0)
+        return {name: E.order for name, E in quad.items()}
+
+
+def compiled_terms(mod, name: str, beta: float):
+    """``(i, θ, (n, kind), half_width) -> (E f, ∂E f/∂θ)`` of term i of expectation ``name`` by the module's
+    compiled kernels (the fallback kernel where the first returns NaN, as ``phi_and_grad`` does), its data
+    packed for that rule and β: ``GaussianExpectation.evaluated_by``."""
+    from ..symbolic.quadrature_rule import pack, rule_1d, scaled_law
+    terms, kernels = mod._TERMS[name], mod._KERNELS[name]
+
+    def evaluate(i, theta, rule, half_width=None):
+        P, mu0, mut, cov0, covt, _, hw = terms[i]
+        data = pack(P, *scaled_law(beta, mu0, mut, cov0, covt), rule_1d(rule[0], hw if half_width is None
+                                                                         else half_width, rule[1]))
+        theta = np.ascontiguousarray(theta, dtype=float)
+        f, g = kernels[i][0](theta, data)
+        if f != f and len(kernels[i]) > 1:
+            f, g = kernels[i][1](theta, data)
+        return f, np.asarray(g, dtype=float)
+    return evaluate
+
+
+def register_orders(system, mod) -> bool:
+    """Give the module the quadrature orders of the system's spec — its β and initial state
+    (``calibrated_orders``) — for the run about to start; the compiled integrands are β- and state-free, so
+    nothing recompiles. True when they were calibrated now (the system then holds them: ``compiled`` stores
+    it, so that a later process at this state and β skips the calibration)."""
+    expectations = _expectations(system)
+    known = sum(len(E._orders) for E in expectations)
+    orders = calibrated_orders(system, mod=mod)
+    if orders:
+        mod.set_orders(system.potential.beta, orders)
+    return sum(len(E._orders) for E in expectations) > known
 
 
 def compiled(system):
-    """Import (compiling on first use) the generated module of ``system``, cached by content."""
+    """Import (compiling on first use) the generated module of ``system``, cached by content, with the
+    orders of the system's state set — at every call: one module serves every state of one structure."""
     mod = getattr(system, "_module", None)
+    new = mod is None and getattr(system, "_source", None) is None
     if mod is None:
-        stored = getattr(system, "_source", None)
-        system._source = stored or source(system)
-        mod = cached_module(system._source)
-        register_orders(system, mod)
-        system._module = mod
-        if stored is None:
-            from ..derivation import store
-            store.save(system)                  # a later process skips the derivation and the printing
+        system._source = getattr(system, "_source", None) or source(system)
+        mod = system._module = cached_module(system._source)
+    if register_orders(system, mod) or new:
+        from ..derivation import store
+        store.save(system)          # a later process skips the derivation, the printing and this calibration
     return mod

@@ -35,7 +35,7 @@ def derive(spec, truncation: int | None = None, tol: float = 1e-8):
     Returns a ``derivation.system.System`` (data: state layout, sparse terms, coefficient rules,
     columns; ``derivation.state`` evaluates it in NumPy, ``codegen.systems.compiled`` gives its compiled
     right-hand side). A model derived before is read from the per-user store
-    (``derivation.store``: keyed by structure, initial laws, truncation and code, not by ε, B, γ).
+    (``derivation.store``: keyed by structure, truncation and code, not by the initial laws, ε, B, γ or β).
     """
     from ..progress import note
     from .hierarchy import derive_symmetric

@@ -95,7 +95,7 @@ class GaussianExpectation(PicklesWithoutCaches):
     the entries they depend on and integrated by quadrature (tolerance ``tol``).
     """
 
-    TRANSIENT = ("_closed", "_mean_hessians", "_scaled", "_beta", "_split", "_limits")    # lambdified / scaled copies: rebuilt after unpickling
+    TRANSIENT = ("_closed", "_mean_hessians", "_scaled", "_beta", "_split", "_limits", "_at", "_kernels")    # lambdified / scaled copies: rebuilt after unpickling
 
     def __init__(self, spec, terms, tol: float = 1e-8, gauss: GaussianG | None = None, gradient: bool = True,
                  relative: bool = False, start_order: int = 17, max_nodes: int = MAX_NODES):
@@ -126,7 +126,7 @@ class GaussianExpectation(PicklesWithoutCaches):
         bases = {key: self._within_limits(expr, list(key[0])) for key, expr in groups.items()}
         self.base_terms = [self._quad_term(expr, list(vs), k, p, P=bases[vs, k, p])
                            for (vs, k, p), expr in groups.items()]
-        self._orders = {}                    # β -> (the calibrated orders, one per term, and their error)
+        self._orders = {}                    # (β, initial laws) -> (the calibrated orders, one per term, their error)
 
     def _within_limits(self, expr, variables):
         """The term's projection onto the directions it depends on (None: computed by ``QuadTerm``), after
@@ -198,25 +198,34 @@ class GaussianExpectation(PicklesWithoutCaches):
         return cache[b]
 
     @property
+    def _calibration(self) -> tuple:
+        """(β, the spec's initial laws): the state the quadrature orders are calibrated for — at the free
+        initial state, so another init_scale or width is another calibration (``Spec.initial_laws``)."""
+        at = self.__dict__.get("_at")
+        if at is None or at[0] is not self.spec:
+            at = self.__dict__["_at"] = (self.spec, self.spec.initial_laws)
+        return self.beta, at[1]
+
+    @property
     def order(self):
-        """The quadrature orders calibrated at the current β (None before ``calibrate``)."""
-        return self._orders.get(self.beta, (None, 0.0))[0]
+        """The quadrature orders calibrated for the current β and initial laws (None before ``calibrate``)."""
+        return self._orders.get(self._calibration, (None, 0.0))[0]
 
     @order.setter
     def order(self, value):
         if value is None:
-            self._orders.pop(self.beta, None)
+            self._orders.pop(self._calibration, None)
         else:
-            self._orders[self.beta] = (tuple(value), self.error)
+            self._orders[self._calibration] = (tuple(value), self.error)
 
     @property
     def error(self) -> float:
-        """The error estimate of the orders at the current β (0 before ``calibrate``)."""
-        return self._orders.get(self.beta, (None, 0.0))[1]
+        """The error estimate of the orders at the current β and initial laws (0 before ``calibrate``)."""
+        return self._orders.get(self._calibration, (None, 0.0))[1]
 
     @error.setter
     def error(self, value):
-        self._orders[self.beta] = (self.order, float(value))
+        self._orders[self._calibration] = (self.order, float(value))
 
     def weight(self, term, s2: float) -> float:
         """The factor s^(2·noise_power) β^beta_power of a quadrature term."""
@@ -289,7 +298,8 @@ class GaussianExpectation(PicklesWithoutCaches):
             note(f"calibrating the Gaussian quadrature of {len(self.quad_terms)} non-polynomial term(s) "
                  f"to {tol or self.tol:.0e}")
             self.order, self.error = adaptive_orders(self.quad_terms, self.theta(values), tol or self.tol,
-                                                    start=self.start_order, relative=self.relative)
+                                                    start=self.start_order, relative=self.relative,
+                                                    evaluate=self._term_values)
             scale = max(1.0, abs(self.value_at_order(values)))
             if not self.error <= DIVERGED * scale:
                 from ..errors import NumericalFailure
@@ -345,31 +355,54 @@ class GaussianExpectation(PicklesWithoutCaches):
         wanted to a coarser tolerance tol, as ν to 2e-2: a kinked ν integrand moves by ≈ 2 % there). A convergent Gaussian expectation leaves
         ≈ 1e-9 beyond the window; an integrand growing as fast as the Gaussian decays (exp(a z²), a ≥ ½ in
         whitened units: the expectation does not exist) or a window too narrow for the law changes by O(1)."""
-        for t in self.quad_terms:
+        for i, t in enumerate(self.quad_terms):
             n, kind = t.rule(TAIL_ORDER)
             if kind != "trapezoid":
                 continue
             h = 2.0 * t.half_width / (n - 1)
             k = int(np.ceil(TAIL_EXTRA / h))
-            wide = copy.copy(t)
-            wide.half_width = t.half_width + k * h
-            n_wide = n + 2 * k
+            wide = t.half_width + k * h
             with np.errstate(all="ignore"):
-                inner = t.evaluate(theta, 0, (n, kind))[0]
-                outer = wide.evaluate(theta, 0, (n_wide, kind))[0]
+                inner = self._term_values(i, theta, (n, kind))[0]
+                outer = self._term_values(i, theta, (n + 2 * k, kind), half_width=wide)[0]
             if not abs(outer - inner) <= max(DIVERGED, 10 * self.tol) * max(1.0, abs(inner)):
                 from ..errors import NumericalFailure
                 raise NumericalFailure(
                     f"the Gaussian expectation of the term {sp.sstr(t.expr)} does not exist here (or not within "
-                    f"|z| ≤ {t.half_width:.3g} of its law): widening the window to {wide.half_width:.3g} changes "
+                    f"|z| ≤ {t.half_width:.3g} of its law): widening the window to {wide:.3g} changes "
                     f"it from {inner:.3g} to {outer:.3g}; the integrand grows as fast as the Gaussian decays")
+
+    def _term_values(self, i: int, theta, rule, half_width: float | None = None) -> tuple:
+        """(E f, ∂E f/∂θ) of ``quad_terms[i]`` on the rule (n, kind), on a window of ``half_width`` if given:
+        the Python quadrature, or the compiled kernels lent by ``evaluated_by`` (the calibration's
+        evaluations — the same nodes, to round-off)."""
+        lent = self.__dict__.get("_kernels")
+        if lent is not None:
+            return lent(i, theta, rule, half_width)
+        t = self.quad_terms[i]
+        if half_width is not None:
+            t = copy.copy(t)
+            t.half_width = half_width
+        return t.evaluate(theta, 0, rule)
+
+    @contextmanager
+    def evaluated_by(self, kernels):
+        """Calibrate (``calibrate``: the orders, the tail check) with ``kernels(i, θ, (n, kind), half_width)``
+        — a generated module's compiled expectations (``codegen.systems.compiled_terms``) — in place of the
+        Python quadrature."""
+        self.__dict__["_kernels"] = kernels
+        try:
+            yield self
+        finally:
+            self.__dict__.pop("_kernels", None)
 
     def value_at_order(self, values) -> float:
         """Φ(θ) with the current quadrature order (no recalibration)."""
         th = self.theta(values)
         s2 = self.label_noise
-        return float(self._closed[0](th, s2, self.beta)) + sum(self.weight(t, s2) * t.evaluate(th, o)[0]
-                                                               for t, o in zip(self.quad_terms, self.order))
+        return float(self._closed[0](th, s2, self.beta)) + sum(
+            self.weight(t, s2) * self._term_values(i, th, t.rule(o))[0]
+            for i, (t, o) in enumerate(zip(self.quad_terms, self.order)))
 
     def value_and_gradient(self, values):
         """(Φ(θ), ∂Φ/∂θ) with ∂ in the plain partial-derivative sense, in ``self.names`` order."""

@@ -1,12 +1,15 @@
 """A per-user store of derived systems, so that a second ``theory`` of the same model spends its time
 integrating, not deriving (SymPy) and printing code.
 
-A derived system depends on the model's structure (``Spec.structure``), the initial laws (the
-quadrature is calibrated at the free initial state), the truncation, the quadrature tolerance, the
-package's code and SymPy's version — not on the training parameters (ε, B, γ) or the label-noise
-variance, which are run-time arguments. Those make the key; the stored object is the system with its
-generated module's source, pickled. On load the caller's spec replaces the stored one (in the system,
-its potential and its ν), so ε, B, γ and the label-noise variance are always the caller's.
+A derived system depends on the model's structure (``Spec.structure``, and the indices' symbols its
+equations are written in), the truncation, the quadrature tolerance, the package's code and SymPy's
+version — not on the initial laws, the training parameters (ε, B, γ), the label-noise variance or β,
+which are run-time arguments. Those make the key; the stored object is the system with its generated
+module's source, pickled. On load the caller's spec replaces the stored one (in the system, its
+potential and its ν), so the initial laws, ε, B, γ and the label-noise variance are always the caller's.
+The quadrature orders a system has calibrated are kept in it per (β, initial laws) — the state they
+were calibrated at (``derivation.potential``) — so a store entry serves every initial law and β, and
+one calibrated before is not calibrated again.
 
 Files live in the module cache folder (``symattn.cache.cache_dir``: private to the user, mode 0700) as
 ``d_<key>.pkl``, written atomically (a concurrent job never reads half a file); each holds the SHA-256
@@ -37,14 +40,10 @@ def code_digest() -> str:
 
 def key(spec, truncation: int, tol: float) -> str:
     """What a derivation depends on (module docstring), hashed."""
-    laws = [{k: v for k, v in ix.__dict__.items() if k not in ("name", "role", "parameterization")}
-            for ix in spec.indices]
-    if not spec.features.identity:           # Σ's law (the quadrature is calibrated at its initial q)
-        laws.append({"features": spec.features.describe(), "moments": [spec.features.moment(n) for n in range(2, 9)]})
     import sympy
-    text = json.dumps({"structure": spec.structure, "laws": laws, "truncation": int(truncation),
-                       "tol": float(tol), "code": code_digest(), "sympy": sympy.__version__},
-                      sort_keys=True, default=repr)
+    text = json.dumps({"structure": spec.structure, "symbols": [ix.symbol for ix in spec.indices],
+                       "truncation": int(truncation), "tol": float(tol), "code": code_digest(),
+                       "sympy": sympy.__version__}, sort_keys=True, default=repr)
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 

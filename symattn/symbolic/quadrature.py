@@ -284,7 +284,7 @@ class QuadTerm(PicklesWithoutCaches):
         return Ef, Eg, EH
 
 
-def adaptive_orders(terms, theta, tol, start=17, relative=False):
+def adaptive_orders(terms, theta, tol, start=17, relative=False, evaluate=None):
     """Per-term orders: each term's order (nodes per dimension) is grown by ~1.3× from ``start`` until its
     (E f, ∇E f) changes by less than its share of the tolerance, tol·scale/len(terms), where scale is
     max |(Φ, ∇Φ)| (``relative``) or max(1, that). A term held at its node cap stops there; a Gauss–Hermite
@@ -296,9 +296,15 @@ def adaptive_orders(terms, theta, tol, start=17, relative=False):
     terms of one loss need very different rules (a 1-d softmax row of a large-variance student ~60 nodes,
     a 2-d cross term ~40, a 4-d SGD-noise term to 2e-2 only ~10) and a common order pays the largest
     everywhere — 63² instead of 47² nodes on the dominant 2-d terms of softmax L = 2.
+
+    ``evaluate(i, θ, (n, kind))``: (E f, ∇E f) of terms[i] on that rule, in place of ``terms[i].evaluate`` (a
+    generated module's compiled kernels: ``GaussianExpectation.evaluated_by``).
     """
+    index = {id(t): i for i, t in enumerate(terms)}
+
     def at(t, order, rule=None):
-        return np.r_[t.evaluate(theta, order, rule)]
+        rule = rule or t.rule(order)
+        return np.r_[evaluate(index[id(t)], theta, rule) if evaluate else t.evaluate(theta, 0, rule)]
 
     first = [at(t, start) for t in terms]
     total = np.sum(first, axis=0)
