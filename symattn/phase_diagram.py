@@ -7,8 +7,11 @@ measures, from its table:
 * ``escape_time[=θ]`` — the first τ where the normalised student–teacher overlap p_st/√(p_ss p_tt) (the
   ``overlap_`` column of a non-symmetric pair) reaches θ (default 0.3, the package's choice, docs/results): NaN where
   it does not by the horizon; its error the overlap's ``_err`` over the overlap's slope at the crossing;
-* ``loss_at=τ``, ``p_at=τ`` (p_st of the first student and its teacher), ``<column>_at=τ`` — the column at τ
-  (interpolated), its error the column's ``_err``.
+* ``loss_at=τ``, ``p_at=τ`` (p_st of the first student and its teacher), ``<column>_at=τ`` — the column at τ,
+  its error the column's ``_err``. Such a point runs the theory to τ only, with outputs at 0 and τ (``points`` is not
+  used): the flow's steps follow the flow, not the output grid, and every output costs an observation of each
+  realisation and a knot check — measured on tied softmax L = 2 at τ = 0.25, 35–45 % of a point's cost at 51
+  outputs (docs/results/phase_diagrams.md). The value is the same estimator on another draw of its noise paths.
 
 Axes: ``KEY=start:stop:n`` (``:log`` for log spacing, or ``KEY=v1,v2,…``), KEY a dotted spec key as for ``--set``
 or one of the aliases ``sigma``/``kappa`` (the first student's init_scale/width), ``epsilon`` (training.noise_ratio),
@@ -422,6 +425,8 @@ def phase(spec, vary, measure: str = "escape_time", time: float = 1.0, points: i
     except SpecError as exc:
         raise UsageError(f"--vary: {exc}") from None
     opts = {"time": time, "points": points, **{k: v for k, v in options.items() if v is not None}}
+    if m.kind == "at" and m.at > 0:
+        opts.update(time=m.at, points=2)           # a value at τ needs the flow to τ only (module docstring)
     run = plan(first, method, cli=cli, **opts)    # the method and its options, checked once, before any work
     jobs = [(spec.raw, _settings(axes, g), run.method.name, opts, m) for g in grid]
     t0 = _time.perf_counter()

@@ -99,16 +99,28 @@ class Noise:
         self.sym = [flow.mats[k].symmetric for k in tr]
         self.names = [[(nu_name(spec, k, l, "dd"), nu_name(spec, k, l, "dt")) for l in tr] for k in tr]
         self.nu = nu
+        used = {name for row in self.names for pair in row for name in pair}
+        self.reuse = any(self.nu[name].quad_terms for name in used)
+        self._last = {}                         # realisation → (θ, its ν_s, ν_a) when ``reuse``
+
+    REFRESH = 1e-2       # the relative move of θ after which a quadrature ν is evaluated anew (as ``integrate``)
 
     def nu_matrices(self, theta):
         """(ν_s, ν_a), each (R, n, n) over the trainable indices: the covariances of the symmetric and the
         skew part of δ, ν_s = (ν1 + ν2)/2, ν_a = (ν2 − ν1)/2 (a pair with a symmetric member: ν_s = ν,
-        ν_a = 0), at each realisation's θ (rows of ``theta``)."""
+        ν_a = 0), at each realisation's θ (rows of ``theta``). Where a ν is a Gaussian quadrature (``reuse``)
+        a realisation keeps the values of its last evaluation until θ has moved by more than ``REFRESH``
+        (relative, max norm) — the rule of the hierarchies' ``integrate``: ν is an O(ε) coefficient calibrated
+        to 2e-2 only, and its quadrature was a fifth of a softmax phase-grid point's cost."""
         theta = np.atleast_2d(theta)
         n = len(self.flow.train)
         names = self.flow.P.names
         Vs, Va = np.zeros((len(theta), n, n)), np.zeros((len(theta), n, n))
         for r, row in enumerate(theta):
+            last = self._last.get(r) if self.reuse else None
+            if last is not None and np.max(np.abs(row - last[0])) <= self.REFRESH * (1.0 + np.max(np.abs(last[0]))):
+                Vs[r], Va[r] = last[1], last[2]
+                continue
             cache = {}
 
             def nu(name):
@@ -125,6 +137,8 @@ class Noise:
                     else:
                         Vs[r, i, j] = 0.5 * (nu(dd) + nu(dt))
                         Va[r, i, j] = 0.5 * (nu(dt) - nu(dd))
+            if self.reuse:
+                self._last[r] = (np.array(row, dtype=float), Vs[r].copy(), Va[r].copy())
         return Vs, Va
 
     @staticmethod
