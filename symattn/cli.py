@@ -73,7 +73,7 @@ def _load(args, dynamics: bool = False):
     (a loss that jumps along a trainable pre-activation, ``Loss.require_pathwise_gradient``)."""
     from .spec import load_spec
     spec = load_spec(args.spec, settings=args.set)
-    if dynamics:
+    if dynamics and spec.expression_loss:       # a named activation's MSE loss never jumps (tests/test_spec.py)
         from .symbolic.loss import build_loss
         build_loss(spec).require_pathwise_gradient()
     return spec
@@ -82,7 +82,7 @@ def _load(args, dynamics: bool = False):
 def _residual(args) -> bool:
     """Whether the command's spec is a residual network (``[student]``/``[teacher]``): then the command
     runs it through ``symattn.architecture.commands``."""
-    from .architecture import is_residual
+    from .spec import is_residual
     if not is_residual(args.spec):
         return False
     if args.set:

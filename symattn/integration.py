@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .derivation.system import CENTRED as S_CENTRED
 from .errors import NumericalFailure
 
 BLOWUP = 1e6
@@ -194,6 +193,7 @@ def admissibility(system):
     real matrices ((Ω ± Ψ)/2 ⪰ 0, P eq. 398; then Φ of a squared loss is ≥ 0) and Tr(S̊_k²)/d = q_kk − t_k² ≥ 0 for
     every symmetric index — else negative, with ``what`` naming the first violation. A truncated hierarchy past its
     window leaves this set (the zero truncation is no moment sequence); the integration stops there."""
+    from .derivation.system import CENTRED as S_CENTRED
     P = system.potential
     _, _, o_pos, p_pos, _ = P.split_plan()
     K = system.spec.K
@@ -260,7 +260,8 @@ def integrate(system, time: float = 1.0, points: int = 51, init="free", dim: int
     ``gap_tol·(1 + |value|)`` is reported. ``log_time``:
     log-spaced output times (``time_grid``).
     """
-    from .derivation.hierarchy import min_truncation, require_moments
+    from .derivation import min_truncation
+    from .derivation.hierarchy import require_moments
     from .derivation.state import initial, observables, restrict
     spec = system.spec
     require_moments(spec, system.truncation)

@@ -8,24 +8,16 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 import re
+import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import sympy as sp
 
 from .errors import SpecError
-from .expressions import (  # noqa: F401
-    ExpressionError,
-    Z,
-    activation_expr,
-    activation_sympy,
-    loss_symbols,
-    loss_sympy,
-    parse_expression,
-)
 from .features import IDENTITY, FeatureCovariance, parse_features
 from .kinds import KINDS
 from .schedule import CONSTANT, Schedule, parse_schedule
@@ -140,6 +132,22 @@ class Spec:
                 **({} if self.features.identity else {"feature_covariance": True})}
 
     @property
+    def inverse_temperature(self) -> float:
+        """The β the loss reads: the softmax's inverse temperature, 1 where the loss has none."""
+        return float(self.beta) if self.activation == "softmax" and self.loss is None else 1.0
+
+    @property
+    def label_noise_variance(self) -> float:
+        """The label-noise variance s² the loss reads (0 for a custom loss, which has no label noise)."""
+        return float(self.label_noise) if self.loss is None else 0.0
+
+    @property
+    def expression_loss(self) -> bool:
+        """Whether the loss is built from a user's expression (a custom loss or activation), which only SymPy can
+        check (continuity, ``Loss.require_pathwise_gradient``); a named activation's loss needs no check."""
+        return self.loss is not None or self.activation not in ACTIVATIONS
+
+    @property
     def initial_laws(self) -> str:
         """The initial laws — every index's width, init_scale and scale, and the features' Σ — as canonical JSON:
         what the free initial state depends on beyond the structure (the state at which a Gaussian quadrature
@@ -193,6 +201,9 @@ def check_activation(src, value):
         fail(src, "model.activation", f"expected one of {', '.join(ACTIVATIONS)} or an expression in z")
     if value in ACTIVATIONS:
         return value
+    import sympy as sp  # an expression: validated by SymPy (a named activation needs none)
+
+    from .expressions import ExpressionError, Z, activation_sympy
     try:
         expr = activation_sympy(value)
     except ExpressionError as exc:
@@ -214,6 +225,9 @@ _GSYM = re.compile(r"^G_(\d+)_(\d+)_(\d+)$")
 def _check_loss(src, value, L, K):
     if not isinstance(value, str):
         fail(src, "model.loss", f"expected an expression in G_i_j_k, got {value!r}")
+    import sympy as sp
+
+    from .expressions import ExpressionError, loss_sympy
     try:
         expr = loss_sympy(value, L, K)
     except ExpressionError as exc:
@@ -378,6 +392,21 @@ def read_raw(source) -> tuple:
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"{src}: malformed TOML ({exc})") from None
     return raw, src
+
+
+def is_residual(source) -> bool:
+    """True for a residual-attention spec (a ``student`` table instead of ``indices``: ``symattn.architecture``).
+    Here, not in the architecture package, so that asking it of every command's spec imports nothing of that
+    package (SymPy among it)."""
+    if isinstance(source, dict):
+        return "student" in source
+    if isinstance(source, (str, os.PathLike)):
+        try:
+            return "student" in read_raw(source)[0]
+        except SpecError:
+            return False
+    arch = sys.modules.get("symattn.architecture.spec")      # a ResidualSpec exists only once that is imported
+    return arch is not None and isinstance(source, arch.ResidualSpec)
 
 
 def require_spec(spec, where: str) -> Spec:

@@ -6,7 +6,6 @@ import math
 import re
 
 import numpy as np
-import sympy as sp
 
 from .errors import SpecError
 
@@ -55,6 +54,7 @@ def finite_at(expr, points) -> str | None:
     """The first point (as text) where ``expr`` is not a finite real number, else None. Evaluated in floating
     point (``lambdify``): a value beyond double precision (exp nested six deep) counts as not finite — no arbitrary
     precision evaluation that could run without end; SymPy's own evaluation only where NumPy has no printer."""
+    import sympy as sp  # expressions only: a named activation needs no SymPy
     syms = sorted(expr.free_symbols, key=lambda s: s.name)
     try:
         with np.errstate(all="ignore"):
@@ -82,6 +82,7 @@ def finite_at(expr, points) -> str | None:
 def not_real_on(expr, z) -> str | None:
     """An interval of the real line where the activation is not a real number (SymPy's continuous domain: a
     branch point beyond the check grid, as in sqrt(36.0001 − z²)), else None; isolated points are the grid's."""
+    import sympy as sp  # expressions only: a named activation needs no SymPy
     if sp.count_ops(expr) > 200:
         return None
     try:

@@ -55,7 +55,7 @@ def matrices(spec: ResidualSpec, states: dict) -> dict:
 
 
 def _activation_fn(spec: ResidualSpec, torch_backend: bool):
-    from ..spec import Z
+    from ..expressions import Z
     from .unroll import elementwise_activation
     F = elementwise_activation(spec)
     if F is None:

@@ -11,13 +11,22 @@ is ``student`` when it is trained and ``teacher`` when it is frozen (the whole t
 from __future__ import annotations
 
 import copy
-import os
 import re
 from dataclasses import dataclass, field
 
 from ..errors import SpecError
 from ..kinds import KINDS
-from ..spec import MAX_BATCH, MAX_BETA, MAX_SCALE, MAX_TOKENS, Index, check_activation, parse_index, read_raw
+from ..spec import (  # noqa: F401  (is_residual: part of this module's API)
+    MAX_BATCH,
+    MAX_BETA,
+    MAX_SCALE,
+    MAX_TOKENS,
+    Index,
+    check_activation,
+    is_residual,
+    parse_index,
+    read_raw,
+)
 from ..validation import fail, number, table
 
 _TOP_KEYS = {"name", "model", "student", "teacher", "training"}
@@ -172,20 +181,6 @@ def load_residual(source) -> ResidualSpec:
     return ResidualSpec(name=name, tokens=L, activation=activation, beta=beta, label_noise=noise,
                         student=student, teacher=teacher, batch_size=B, noise_ratio=eps, weight_decay=gamma,
                         source=src, raw=copy.deepcopy(raw))
-
-
-def is_residual(source) -> bool:
-    """True for a residual-attention spec (a ``student`` table instead of ``indices``)."""
-    if isinstance(source, ResidualSpec):
-        return True
-    if isinstance(source, dict):
-        return "student" in source
-    if not isinstance(source, (str, os.PathLike)):
-        return False                       # a Spec (an attention-indexed model's) or anything else
-    try:
-        return "student" in read_raw(source)[0]
-    except SpecError:
-        return False
 
 
 __all__ = ["Head", "Network", "ResidualSpec", "load_residual", "is_residual", "SpecError"]

@@ -144,7 +144,7 @@ def _activation(spec: ResidualSpec, A, prog: Program):
     F = elementwise_activation(spec)
     if F is None:
         return _softmax_rows(A, spec.beta, prog)
-    from ..spec import Z
+    from ..expressions import Z
     return A.applyfunc(lambda a: prog.let(F.subs(Z, a), "y"))
 
 

@@ -24,6 +24,7 @@ from sympy.printing.pycode import pycode
 from ..symbolic.gaussian import BETA, LABEL_NOISE
 from ..symbolic.quadrature import canonical_basis
 from . import runtime
+from .load import KERNELS_BEGIN, KERNELS_END
 
 
 def fnum(x) -> str:
@@ -177,10 +178,6 @@ def _with_law(theta, law):
     t[-1] = law[1]
     return t
 """
-# the compiled expectations of a model depend on its potential only, not on the truncation: the
-# module cache (codegen.load) stores this block as a file of its own, shared by every truncation
-KERNELS_BEGIN = "# ---- compiled quadrature kernels ----\n"
-KERNELS_END = "\n# ---- end of compiled quadrature kernels ----\n"
 MODES = {"value": runtime.VALUE, "hessian": runtime.HESSIAN, "stein": runtime.STEIN, "fast": runtime.STEIN,
          "score": runtime.STEIN}
 OUTPUTS = {"value": "[f]", "hessian": "[f, ∇f, upper ∇²f]", "stein": "[f, ∇f], E∇²f by Stein's lemma",

@@ -60,6 +60,10 @@ def import_module(path: str | Path):
     return _exec_verified(name, path, data)
 
 
+# the compiled expectations of a model depend on its potential only, not on the truncation: the module
+# cache stores the block between these lines (``emit`` writes them) as a file of its own, shared by every truncation
+KERNELS_BEGIN = "# ---- compiled quadrature kernels ----\n"
+KERNELS_END = "\n# ---- end of compiled quadrature kernels ----\n"
 KERNEL_HEADER = ('"""Compiled quadrature kernels of a generated module (symattn; shared by every truncation of '
                  'its model)."""\nimport math\n\nimport numpy as np\nfrom numba import njit\n\n'
                  'from symattn.codegen import runtime as _rt\n\n')
@@ -70,7 +74,6 @@ def cached_module(source: str):
     compiled quadrature kernels (``emit.KERNELS_BEGIN`` … ``KERNELS_END``) becomes a file of its own,
     ``k_<hash>.py``, whose functions the module receives: the kernels depend on the potential only, so
     every truncation of a model shares one file and Numba compiles them once."""
-    from .emit import KERNELS_BEGIN, KERNELS_END
     start, end = source.find(KERNELS_BEGIN), source.find(KERNELS_END)
     if start < 0 or end < start:
         return _cached("m", source)

@@ -3,88 +3,219 @@
 The matrix-level flow (``symattn.spectral``) needs ∇Φ at every evaluation of its vector field and ν
 at every noise step; the Python quadrature of ``derivation.potential`` costs ≈ 1 ms per ∇Φ on a
 softmax L = 2 model, the generated module's ``phi_and_grad`` ≈ 26 µs. :func:`compiled_potential`
-returns the spec's :class:`~symattn.derivation.potential.Potential` with those evaluations routed
-to the module of the spec's smallest hierarchy (truncation 2: Φ, ∇Φ and ν do not depend on the
-truncation). That system comes from the per-user derivation store (``derivation.store``), so a
-second run of a model neither derives (SymPy) nor compiles (Numba): it loads both.
-
-Everything else — names, the full-matrix split of the gradient, the Hessian in the means, the
-quadrature orders — is the Python potential's own, so the two agree to the quadrature's round-off
-(``tests/test_spectral.py`` compares them).
+returns a :class:`CompiledPotential`: those evaluations by the module of the spec's smallest hierarchy
+(truncation 2: Φ, ∇Φ and ν do not depend on the truncation), and what else the flow reads — the names,
+the full-matrix split of the gradient, the existence checks, the quadrature orders of the spec's state — from
+a :class:`PotentialRecord`, plain data kept in the per-user derivation store (``derivation.store``). So a
+second run of a model neither derives (SymPy) nor compiles (Numba), and a warm one does not even import
+SymPy: it loads the record and the module. The split and the checks are the Python potential's own objects
+(``derivation.split``), so the two agree to the quadrature's round-off (``tests/test_spectral.py``,
+``tests/test_warm.py``).
 """
 from __future__ import annotations
 
 import numpy as np
 
+from ..derivation.split import growth_limits, theta_of
+
 MIN_TRUNCATION = 2          # the smallest hierarchy every kind derives; its module holds Φ, ∇Φ and ν
 
 
-class CompiledExpectation:
-    """A value-only expectation (ν) of the Python potential evaluated by a compiled function."""
+class Name:
+    """An order parameter by name (what the flow reads of ``symbolic.gaussian.OrderParameters``' symbols)."""
 
-    def __init__(self, base, fn, law):
-        self._base, self._fn, self._law = base, fn, law
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __eq__(self, other):
+        return getattr(other, "name", None) == self.name
+
+    def __hash__(self):
+        return hash(self.name)
+
+
+class NamedParameters:
+    """The order parameters m_k, Ω_kl, Ψ_kl of a potential by their names (``OrderParameters`` without SymPy)."""
+
+    def __init__(self, op, K: int):
+        self._m = {k: op.m(k).name for k in range(K) if op.m(k) != 0}
+        self._omega = {(a, b): op.omega(a, b).name for a in range(K) for b in range(K)}
+        self._psi = {(a, b): op.psi(a, b).name for a in range(K) for b in range(K)}
+
+    def m(self, k):
+        return Name(self._m[k]) if k in self._m else 0
+
+    def omega(self, a, b):
+        return Name(self._omega[a, b])
+
+    def psi(self, a, b):
+        return Name(self._psi[a, b])
+
+
+class ExpectationRecord:
+    """What evaluating one expectation by its compiled function needs besides the function: its θ names, whether
+    it has quadrature terms, and where those exist (``split.GrowthLimit`` at β = 1)."""
+
+    def __init__(self, E):
+        self.names = tuple(E.names)
+        self.has_quadrature = bool(E.base_terms)
+        self.limits = growth_limits(E.base_terms)
+
+
+class PotentialRecord:
+    """The compiled potential of a derived system as plain data — no SymPy object, so a warm run loads it without
+    importing SymPy (``derivation.store.load_record``): Φ's ``ExpectationRecord``, the order parameters' names
+    (``NamedParameters``), the gradient split (``split.GradientSplit``), each ν's ``ExpectationRecord``, the
+    generated module's source and the quadrature orders calibrated so far, per (β, initial laws)."""
+
+    def __init__(self, system):
+        P = system.potential
+        self.phi = ExpectationRecord(P)
+        self.op = NamedParameters(P.op, P.spec.K)
+        self.split = P.split
+        self.nu = {name: ExpectationRecord(E) for name, E in system.nu.items()}
+        self.source = system._source
+        quad = {"phi_and_grad": P, **system.nu}
+        quad = {name: E for name, E in quad.items() if E.base_terms}
+        states = set.intersection(*(set(E._orders) for E in quad.values())) if quad else set()
+        self.orders = {state: {name: E._orders[state][0] for name, E in quad.items()} for state in states}
+
+    def orders_at(self, spec):
+        """{expectation: orders} calibrated at the spec's β and initial laws; {} without quadrature; None where
+        not calibrated yet."""
+        if not self.phi.has_quadrature and not any(E.has_quadrature for E in self.nu.values()):
+            return {}
+        return self.orders.get((spec.inverse_temperature, spec.initial_laws))
+
+
+class CompiledExpectation:
+    """A value-only expectation (ν) evaluated by a compiled function; anything else from the Python
+    expectation (``fallback``: loaded on first use)."""
+
+    def __init__(self, record: ExpectationRecord, fn, law, order, fallback):
+        self.names, self.has_quadrature, self.order = record.names, record.has_quadrature, order
+        self._limits = [limit.scaled(law[1]) for limit in record.limits]
+        self._fn, self._law, self._fallback = fn, law, fallback
 
     def __getattr__(self, name):
         if name.startswith("_"):
             raise AttributeError(name)
-        return getattr(self._base, name)
+        return getattr(self._fallback(), name)
+
+    def theta(self, values) -> np.ndarray:
+        return theta_of(self.names, values)
+
+    def check_existence(self, theta) -> None:
+        for limit in self._limits:
+            limit.check(theta)
 
     def value(self, values) -> float:
-        th = self._base.theta(values)
-        if self._base.quad_terms:
-            self._base.check_existence(th)
+        th = theta_of(self.names, values)
+        if self.has_quadrature:
+            self.check_existence(th)
         return float(self._fn(th, self._law))
 
 
 class CompiledPotential:
-    """``Potential`` with Φ, ∇Φ (``phi_and_grad``) and ν (``nu``: name → expectation) compiled; every
-    other attribute is the Python potential's."""
+    """Φ, ∇Φ (``phi_and_grad``) and ν (``nu``: name → ``CompiledExpectation``) of a spec by its generated module,
+    with the names, the gradient split and the existence checks of its ``PotentialRecord``: all the matrix-level
+    flow reads. Anything else (calibration, the Hessian in the means, the symbols) is the Python potential's
+    (``system()``: the derived system, loaded on first use — a warm run of a tied or direct model never needs it)."""
 
-    def __init__(self, system, module):
-        base = system.potential
-        self._base, self._phi_and_grad = base, module.phi_and_grad
-        self._law = np.array([base.label_noise, base.beta])
-        self.nu = {name: CompiledExpectation(E, getattr(module, name), self._law) for name, E in system.nu.items()}
+    def __init__(self, record: PotentialRecord, module, spec, system):
+        self.spec, self.names, self.op, self.split = spec, record.phi.names, record.op, record.split
+        self.has_quadrature = record.phi.has_quadrature
+        self.label_noise, self.beta = spec.label_noise_variance, spec.inverse_temperature
+        self._law = np.array([self.label_noise, self.beta])
+        self._limits = [limit.scaled(self.beta) for limit in record.phi.limits]
+        self._phi_and_grad, self._system, self._derive = module.phi_and_grad, None, system
+        orders = record.orders_at(spec) or {}
+        self.order = orders.get("phi_and_grad")
+        self.nu = {name: CompiledExpectation(E, getattr(module, name), self._law, orders.get(name),
+                                             lambda name=name: self._derived().nu[name])
+                   for name, E in record.nu.items()}
+
+    def _derived(self):
+        """The derived system (loaded from the store on first use)."""
+        if self._system is None:
+            self._system = self._derive()
+        return self._system
+
+    def _fallback(self):
+        return self._derived().potential
 
     def __getattr__(self, name):
         if name.startswith("_"):
             raise AttributeError(name)
-        return getattr(self._base, name)
+        return getattr(self._fallback(), name)
+
+    def theta(self, values) -> np.ndarray:
+        return theta_of(self.names, values)
+
+    def check_existence(self, theta) -> None:
+        for limit in self._limits:
+            limit.check(theta)
 
     def value_and_gradient(self, values):
         """(Φ(θ), ∂Φ/∂θ) in ``names`` order, as ``Potential.value_and_gradient``."""
-        th = self._base.theta(values)
-        if self._base.quad_terms:
-            self._base.check_existence(th)
+        th = theta_of(self.names, values)
+        if self.has_quadrature:
+            self.check_existence(th)
         val, grad = self._phi_and_grad(th, self._law)
         return float(val), np.array(grad, dtype=float)
 
     def value(self, values) -> float:
         return self.value_and_gradient(values)[0]
 
+    def split_gradients(self, grads) -> tuple:
+        return self.split.matrices(grads)
+
+    def split_gradient(self, grad):
+        return self.split.gradients(grad)
+
     def gradients(self, values):
-        return self._base.split_gradient(self.value_and_gradient(values)[1])
+        return self.split.gradients(self.value_and_gradient(values)[1])
 
     def gradient_matrices(self, thetas) -> tuple:
         """(GΩ, GΨ), each (R, K, K), at the R rows of ``thetas`` (``Potential.gradient_matrices``)."""
-        base, f, law = self._base, self._phi_and_grad, self._law
+        f, law = self._phi_and_grad, self._law
         thetas = np.asarray(thetas, dtype=float)
-        if base.quad_terms:
+        if self.has_quadrature:
             for row in thetas:
-                base.check_existence(row)
-        return base.split_gradients(np.array([f(row, law)[1] for row in thetas]))
+                self.check_existence(row)
+        return self.split.matrices(np.array([f(row, law)[1] for row in thetas]))
 
     def gamma(self, values) -> np.ndarray:
         return self.gradients(values).gamma
 
 
 def compiled_potential(spec, tol: float = 1e-8) -> CompiledPotential:
-    """The compiled Φ, ∇Φ and ν of ``spec`` (module docstring); derived and compiled on first use."""
-    from ..derivation import derive
-    from ..derivation.hierarchy import min_truncation
+    """The compiled Φ, ∇Φ and ν of ``spec`` (module docstring). Warm — the store holds the model's record with
+    orders for this β and initial state — it loads the record and the module only (no SymPy, no derivation);
+    else it derives (or loads the derivation), compiles, calibrates and stores the record."""
+    from ..derivation import min_truncation, store
     from ..spec import require_spec
-    from .systems import compiled
+    from .load import cached_module
     spec = require_spec(spec, "compiled_potential")
-    system = derive(spec, max(MIN_TRUNCATION, min_truncation(spec)), tol=tol)
-    return CompiledPotential(system, compiled(system))
+    M = max(MIN_TRUNCATION, min_truncation(spec))
+
+    def derived():
+        from ..derivation import derive
+        return derive(spec, M, tol=tol)
+
+    key = store.key(spec, M, tol)
+    record = store.load_record(key)
+    orders = record.orders_at(spec) if record is not None else None
+    if orders is not None:
+        mod = cached_module(record.source)
+        if orders:
+            mod.set_orders(spec.inverse_temperature, orders)
+        return CompiledPotential(record, mod, spec, derived)
+    from .systems import compiled
+    system = derived()
+    mod = compiled(system)
+    record = PotentialRecord(system)
+    store.save_record(key, record)
+    return CompiledPotential(record, mod, spec, lambda: system)

@@ -6,6 +6,13 @@ from ..spec import MAX_MOMENTS, load_spec
 MAX_ENUMERATION = 20_000_000     # letter strings the word enumeration may visit
 
 
+def min_truncation(spec) -> int:
+    """The smallest truncation a spec's hierarchy can be built at: 2, or 3 for an untied index with a feature
+    covariance (its mean force reads the words ΣM_lB_k, derivation.untied)."""
+    untied = any(not ix.centred for ix in spec.indices)
+    return 3 if untied and not spec.features.identity else 2
+
+
 def estimate_size(spec, truncation: int) -> dict:
     """Letters, estimated number of moments (canonical words up to length M, ≈ Σ_w n^w/(2w)) and
     letter strings visited by the enumeration (Σ_w n^w) of a hierarchy, before building it."""

@@ -62,13 +62,6 @@ def closes(spec) -> bool:
     return spec.features.identity and all(spec.indices[k].kind.closes for k in spec.students)
 
 
-def min_truncation(spec) -> int:
-    """The smallest truncation a spec's hierarchy can be built at: 2, or 3 for an untied index with a feature
-    covariance (its mean force reads the words ΣM_lB_k, derivation.untied)."""
-    untied = any(not ix.centred for ix in spec.indices)
-    return 3 if untied and not spec.features.identity else 2
-
-
 def require_moments(spec, M: int) -> None:
     """SpecError unless Σ's law has the moments φ(Σ^n), n ≤ M, that the whitened words of length ≤ M need
     (``symbolic.metric``; a power law's are infinite from n = 1/a on). Asked where a hierarchy's moments are

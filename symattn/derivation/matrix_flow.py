@@ -231,7 +231,8 @@ def matrix_flow(spec) -> MatrixFlow:
 def _equation_symbols(spec, Potential):
     """The coefficient symbols of the spec's derived system at the least truncation (no quadrature is run:
     the symbols only need the coefficient rules and Φ's order-parameter names)."""
-    from .hierarchy import derive_symmetric, min_truncation
+    from . import min_truncation
+    from .hierarchy import derive_symmetric
     from .untied import derive_untied
     build = derive_symmetric if all(ix.symmetric for ix in spec.indices) else derive_untied
     system = build(spec, min_truncation(spec), potential=Potential(spec), nu={})

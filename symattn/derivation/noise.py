@@ -35,14 +35,7 @@ import sympy as sp
 from ..symbolic.gaussian import rational_matrix
 from ..symbolic.loss import g_symbol
 from .potential import GaussianExpectation
-
-
-def nu_name(spec, k: int, l: int, kinds: str = "dd") -> str:
-    """Coefficient name of the contraction of δ_k and δ_l: nu (a symmetric member), else nu1 / nu2."""
-    a, b = sorted((k, l))
-    if spec.indices[a].symmetric or spec.indices[b].symmetric:
-        return f"nu_{a}_{b}"
-    return f"nu{1 if kinds[0] == kinds[1] else 2}_{a}_{b}"
+from .split import nu_name
 
 
 def nu_names(spec) -> list:

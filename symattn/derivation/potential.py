@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
@@ -36,24 +35,11 @@ from ..symbolic.quadrature import (
     max_dimension,
 )
 from ..transient import PicklesWithoutCaches
+from .split import Gradients, GradientSplit, growth_limits, theta_of
 
 DIVERGED = 1e-2     # a quadrature still changing by this much (relative) at its node cap has no limit
 TAIL_EXTRA = 2.0    # the tail check widens the window by this many standard deviations
 TAIL_ORDER = 17     # ... at this many nodes per dimension (the coarse start of the calibration)
-
-
-@dataclass
-class Gradients:
-    """∂Φ in the full-matrix convention: g_m (K,), g_omega (K,K), g_psi (K,K)."""
-
-    m: np.ndarray
-    omega: np.ndarray
-    psi: np.ndarray
-
-    @property
-    def gamma(self) -> np.ndarray:
-        """Γ of the symmetric (tied/direct) flows: ∇_q Φ with off-diagonal entries halved."""
-        return self.omega + self.psi
 
 
 def beta_homogeneous(h, variables):
@@ -235,7 +221,7 @@ class GaussianExpectation(PicklesWithoutCaches):
     def label_noise(self) -> float:
         """The label-noise variance s² the Python evaluation uses (the spec's; a run-time argument of
         the generated module)."""
-        return float(self.spec.label_noise) if self.spec.loss is None else 0.0
+        return self.spec.label_noise_variance
 
     @cached_property
     def _closed(self):
@@ -280,14 +266,13 @@ class GaussianExpectation(PicklesWithoutCaches):
     # ------------------------------------------------------------------ evaluation
     def theta(self, values) -> np.ndarray:
         """Order parameters as an array in ``self.names`` order from a dict (keys: names or SymPy symbols) or an
-        array."""
-        if isinstance(values, dict):
-            values = {str(k): v for k, v in values.items()}
-            missing = [n for n in self.names if n not in values]
-            if missing:
-                raise KeyError(f"missing order parameters: {', '.join(missing)}")
-            return np.array([float(values[n]) for n in self.names])
-        return np.asarray(values, dtype=float)
+        array (``split.theta_of``)."""
+        return theta_of(self.names, values)
+
+    @property
+    def has_quadrature(self) -> bool:
+        """Whether Φ (or this ν) has terms integrated by quadrature (their orders are calibrated per state)."""
+        return bool(self.base_terms)
 
     def calibrate(self, values, tol: float | None = None):
         """Choose each quadrature term's order at θ so that Φ and ∇Φ change by < tol between orders
@@ -314,38 +299,20 @@ class GaussianExpectation(PicklesWithoutCaches):
 
     @property
     def _growth_limits(self) -> list:
-        """(term, positions, variance bounds) of the quadrature terms at β whose expectation exists only
-        below a variance of some variable (``symbolic.growth``); [] for most losses."""
+        """The ``split.GrowthLimit`` of each quadrature term at β whose expectation exists only below a variance
+        of some variable (``symbolic.growth``); [] for most losses."""
         cache = self.__dict__.setdefault("_limits", {})
         b = self.beta
         if b not in cache:
-            out = []
-            for t in self.quad_terms:
-                bounds = np.array(t.variance_bounds)
-                at = np.flatnonzero(np.isfinite(bounds))
-                if at.size:
-                    out.append((t, at, bounds[at]))
-            cache[b] = out
+            cache[b] = growth_limits(self.quad_terms)
         return cache[b]
 
     def check_existence(self, theta) -> None:
         """Raise ExpectationUndefined naming the first quadrature term whose Gaussian expectation does not
         exist at θ: along a variable y it grows like exp(c y²) and Var y ≥ 1/(2c) (every Var y > 0 when it
         grows faster than any Gaussian). A few multiply-adds per term with such growth; nothing otherwise."""
-        for t, at, bound in self._growth_limits:
-            var = t.cov0[at, at] + theta @ t.cov_theta[:, at, at]
-            bad = np.flatnonzero(np.where(bound > 0, var >= bound, var > 0))
-            if bad.size:
-                from ..errors import ExpectationUndefined
-                i = int(bad[0])
-                name = t.variables[at[i]]
-                if bound[i] == 0:
-                    why = f"it grows faster than any Gaussian decays along {name} (c = ∞), so no variance > 0 holds it"
-                else:
-                    why = (f"it grows like exp({0.5 / bound[i]:.4g}·{name}²) along {name}, and Var {name} = "
-                           f"{var[i]:.4g} ≥ 1/(2c) = {bound[i]:.4g}")
-                raise ExpectationUndefined(f"the Gaussian expectation of the term {sp.sstr(t.expr)} does not exist "
-                                           f"at these order parameters: {why}")
+        for limit in self._growth_limits:
+            limit.check(theta)
 
     def _check_tails(self, theta):
         """Raise NumericalFailure naming the first quadrature term whose expectation the rule's window
@@ -469,24 +436,18 @@ class Potential(GaussianExpectation):
 
     def split_gradients(self, grads) -> tuple:
         """(GΩ, GΨ), each (R, K, K), from R rows of plain partials (``split_gradient`` of each row)."""
-        _, _, o_pos, p_pos, w = self._plan()
-        grads = np.asarray(grads, dtype=float)
-        K = self.spec.K
-        return (w * grads[:, o_pos]).reshape(-1, K, K), (w * grads[:, p_pos]).reshape(-1, K, K)
+        return self.split.matrices(grads)
 
     def split_gradient(self, grad) -> Gradients:
         """g_m, GΩ, GΨ from the plain partials ``grad`` (``split_plan``, built once)."""
-        m_at, m_pos = self._plan()[:2]
-        grad = np.asarray(grad, dtype=float)
-        gm = np.zeros(self.spec.K)
-        gm[m_at] = grad[m_pos]
-        omega, psi = self.split_gradients(grad[None])
-        return Gradients(gm, omega[0], psi[0])
+        return self.split.gradients(grad)
 
-    def _plan(self):
+    @property
+    def split(self) -> GradientSplit:
+        """``split_plan`` as a ``split.GradientSplit`` (built once)."""
         plan = self.__dict__.get("_split")
         if plan is None:
-            plan = self._split = self.split_plan()
+            plan = self._split = GradientSplit(self.spec.K, *self.split_plan())
         return plan
 
     def split_plan(self):

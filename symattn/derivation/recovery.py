@@ -149,8 +149,7 @@ def _teacher(spec, k: int) -> int:
 def recovery(spec, truncation: int | None = None) -> dict:
     """index name → :class:`Recovery` for every trainable index of ``spec`` (module docstring)."""
     from ..spec import load_spec
-    from . import derive
-    from .hierarchy import min_truncation
+    from . import derive, min_truncation
     spec = load_spec(spec)
     M = max(truncation or 3, min_truncation(spec))
     system = derive(spec, M)

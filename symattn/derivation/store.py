@@ -38,32 +38,59 @@ def code_digest() -> str:
     return h.hexdigest()
 
 
+@cache
+def sympy_version() -> str:
+    """SymPy's version from its installed metadata (importing SymPy to read it would cost a warm run 0.17 s)."""
+    from importlib.metadata import version
+    return version("sympy")
+
+
 def key(spec, truncation: int, tol: float) -> str:
     """What a derivation depends on (module docstring), hashed."""
-    import sympy
     text = json.dumps({"structure": spec.structure, "symbols": [ix.symbol for ix in spec.indices],
                        "truncation": int(truncation), "tol": float(tol), "code": code_digest(),
-                       "sympy": sympy.__version__}, sort_keys=True, default=repr)
+                       "sympy": sympy_version()}, sort_keys=True, default=repr)
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
-def _path(k: str) -> Path:
+def _path(k: str, prefix: str = "d") -> Path:
     from ..cache import cache_dir
-    return cache_dir() / f"d_{k}.pkl"
+    return cache_dir() / f"{prefix}_{k}.pkl"
 
 
-def load(spec, k: str):
-    """The stored system of key k with ``spec`` put in place of the stored spec, or None."""
+def _read(path: Path):
+    """The object pickled in ``path`` (its SHA-256 checked first), or None."""
     try:
-        data = _path(k).read_bytes()
+        data = path.read_bytes()
     except OSError:
         return None
     digest, _, payload = data.partition(b"\n")
     if hashlib.sha256(payload).hexdigest().encode() != digest:
         return None
     try:
-        system = pickle.loads(payload)
+        return pickle.loads(payload)
     except Exception:                                      # a stale class layout: derive anew
+        return None
+
+
+def _write(path: Path, obj) -> bool:
+    """Pickle ``obj`` to ``path`` atomically, with the SHA-256 of its payload; False when it cannot be."""
+    try:
+        payload = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        return False
+    from ..files import atomic_write
+    try:
+        atomic_write(path, hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload, mode=0o600)
+    except OSError:
+        return False
+    return True
+
+
+def load(spec, k: str):
+    """The stored system of key k with ``spec`` put in place of the stored spec, or None."""
+    system = _read(_path(k))
+    if system is None:
         return None
     for holder in (system, system.potential, *system.nu.values()):
         holder.spec = spec                                  # ε, B, γ and the label-noise variance
@@ -85,15 +112,14 @@ def cached(spec, truncation: int, tol: float, build):
 def save(system) -> bool:
     """Store ``system`` (with its module source) under its key; False when it cannot be pickled."""
     k = getattr(system, "_store_key", None)
-    if k is None:
-        return False
-    try:
-        payload = pickle.dumps(system, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception:
-        return False
-    from ..files import atomic_write
-    try:
-        atomic_write(_path(k), hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload, mode=0o600)
-    except OSError:
-        return False
-    return True
+    return k is not None and _write(_path(k), system)
+
+
+def load_record(k: str):
+    """The compiled potential's plain record of key k (``codegen.potential.PotentialRecord``: ``r_<key>.pkl``,
+    no SymPy object, so loading it imports no SymPy), or None."""
+    return _read(_path(k, "r"))
+
+
+def save_record(k: str, record) -> bool:
+    return _write(_path(k, "r"), record)

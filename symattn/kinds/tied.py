@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import numpy as np
-import sympy as sp
 
 from .. import matrix as mat
 from .base import Kind, factor_width, transpose
@@ -139,6 +138,7 @@ class Tied(Kind):
 
     def factor_flow(self, k, K, c):
         """dW_k/dτ = −4 Σ (Σ_l Γ_kl S_l) W_k − γ W_k (S_l of a non-symmetric index: (M_l + M_lᵀ)/2)."""
+        import sympy as sp  # the letter flows only: a warm run imports no SymPy
         W = c.factor("W", k)
         drive = sp.MatAdd(*[sp.Rational(1, 2 if len(reps) > 1 else 1) * c.coef(f"Gamma_{k}_{l}") * c.letter(x)
                             for l in range(K) for reps in [[x for x in ((l, "S"), (l, "T"))

@@ -3,7 +3,6 @@ an O(1/√d) mean m = Tr M/√d with a fast phase. Letters: S = M, T = Mᵀ, A =
 from __future__ import annotations
 
 import numpy as np
-import sympy as sp
 
 from .. import matrix as mat
 from .base import Kind, factor_width, transpose
@@ -143,6 +142,7 @@ class Untied(Kind):
 
     def factor_flow(self, k, K, c):
         """U̇ = −β̄ΣV − 2ΣXV − γU, V̇ = −β̄ΣU − 2ΣXᵀU − γV, X = Σ_l (GΩ_kl M_l + GΨ_kl M_lᵀ) (docs/theory.md §6)."""
+        import sympy as sp  # the letter flows only: a warm run imports no SymPy
         U, V = c.factor("U", k), c.factor("V", k)
         X = sp.MatAdd(*[c.coef(f"GO_{k}_{l}") * c.letter((l, "S")) + c.coef(f"GP_{k}_{l}") * c.letter((l, "T"))
                         for l in range(K)]).doit()

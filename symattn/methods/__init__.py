@@ -38,7 +38,7 @@ def resolve(spec, method: str = "auto", truncation=None, log_time: bool = False)
         raise UsageError(f"method {method!r}: must be one of {', '.join(CHOICES)}")
     if method != "auto":
         return method
-    from ..architecture import is_residual
+    from ..spec import is_residual
     if is_residual(spec):
         return "residual"
     if truncation is not None or log_time:
@@ -53,7 +53,7 @@ def resolve(spec, method: str = "auto", truncation=None, log_time: bool = False)
 def plan(spec, method: str = "auto", cli: bool = False, **options) -> Plan:
     """The run ``theory`` would make: the method ``auto`` resolves to, every option with its default (``cli``: errors
     name the command-line flags). Raises UsageError naming an option the method does not take or an invalid value."""
-    from ..architecture import is_residual
+    from ..spec import is_residual
     if not is_residual(spec):
         from ..spec import load_spec
         spec = load_spec(spec)

@@ -89,7 +89,7 @@ class Noise:
     (antithetic pairs share a stream with opposite signs)."""
 
     def __init__(self, flow: Flow, nu: dict, epsilon: float, rngs, signs=None):
-        from ..derivation.noise import nu_name
+        from ..derivation.split import nu_name
 
         if not isinstance(rngs, (list, tuple)):
             rngs = [rngs]
@@ -100,7 +100,7 @@ class Noise:
         self.names = [[(nu_name(spec, k, l, "dd"), nu_name(spec, k, l, "dt")) for l in tr] for k in tr]
         self.nu = nu
         used = {name for row in self.names for pair in row for name in pair}
-        self.reuse = any(self.nu[name].quad_terms for name in used)
+        self.reuse = any(self.nu[name].has_quadrature for name in used)
         self._last = {}                         # realisation → (θ, its ν_s, ν_a) when ``reuse``
 
     REFRESH = 1e-2       # the relative move of θ after which a quadrature ν is evaluated anew (as ``integrate``)

@@ -96,7 +96,7 @@ def decoupled_teachers(spec, P, trials: int = 4) -> list:
     if not cand or not spec.students:
         return []
     names = {n: i for i, n in enumerate(P.names)}
-    fresh = bool(P.quad_terms) and P.order is None        # calibrated here for the check only
+    fresh = P.has_quadrature and P.order is None        # calibrated here for the check only
     flow = Flow(spec, initial_realisation(spec, 8, seed=1000, odd=cand), 8, P)   # reads the order parameters
     for trial in range(trials):
         mats = [stack([m]) for m in initial_realisation(spec, 8, seed=1000 + trial, odd=cand)]
@@ -129,7 +129,7 @@ def start(spec, P, N, seeds, init, odd=()):
     flow = Flow(spec, mats, N, P, fixed_means=means)
     flow.blocks = N // 2 if odd else None         # two independent halves: the noise stays block-diagonal
     flow.set_metric(bool(odd), matched=init != "sample")
-    if P.quad_terms and P.order is None:
+    if P.has_quadrature and P.order is None:
         P.calibrate(flow.theta(flow.mats, 0.0, slave=False)[0][0])
     flow.relax(flow.mats, initial_means=means)
     return flow

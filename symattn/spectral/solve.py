@@ -175,10 +175,10 @@ def solve_spectral(spec, time: float = 1.0, points: int = 51, potential=None, op
     times = output_times(time, points)
     # teachers the students do not see at zero overlap: realised odd (exactly on the invariant set)
     odd = decoupled_teachers(spec, P) if o.init == "free" and o.size % 2 == 0 else []
-    nu = None
-    if o.noisy:
+    nu = getattr(P, "nu", None) if o.noisy else None
+    if o.noisy and not nu:                      # a Python potential: its ν derived here
         from ..derivation.noise import nu_expectations
-        nu = getattr(P, "nu", None) or nu_expectations(P)
+        nu = nu_expectations(P)
     run = _Batch(spec, P, nu, times, points, o, odd)
     table, sem, noise_sem, spectra, nev, steps = run(o.size, o.spectra)
     info = {"rhs_evaluations": nev, "method": o.method, "rtol": o.rtol, "init": o.init, "extrapolated": False,

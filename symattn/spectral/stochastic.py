@@ -187,7 +187,7 @@ def integrate_noisy(spec, P, nu, N, seeds, times, epsilon, rngs, dt_max, spectra
     noise = Noise(flow, nu, epsilon, rngs, signs)
     theta0 = flow.theta(flow.mats, 0.0)[0][0]
     for E in nu.values():                  # non-polynomial ν: quadrature order chosen at the start
-        if E.quad_terms and E.order is None:
+        if E.has_quadrature and E.order is None:
             E.calibrate(dict(zip(P.names, theta0)))
     times = [float(t) for t in times]
     knots = Knots(flow, times, spectra, land)

@@ -36,7 +36,7 @@ def xi_symbol(i: int, j: int) -> sp.Symbol:
 
 def beta_of(spec: Spec) -> float:
     """The value of ``BETA`` for a spec: its softmax inverse temperature, 1 where the loss has none."""
-    return float(spec.beta) if spec.activation == "softmax" and spec.loss is None else 1.0
+    return spec.inverse_temperature
 
 
 def head_output(spec: Spec, k: int):

@@ -1,0 +1,100 @@
+"""A warm ``theory`` (the derivation, the module and the orders of the spec's state stored before): no SymPy is
+imported and nothing is derived, and it computes exactly what the cold run computes.
+
+The warm matrix-level flow reads the compiled potential's plain record (``codegen.potential.PotentialRecord``) in
+place of the pickled derivation; these tests hold it to the Python potential it was made from — names, the
+gradient split, the existence checks — and the whole table to the cold run's, bit for bit.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from symattn.codegen.potential import compiled_potential
+from symattn.spec import ACTIVATIONS, load_spec
+
+BLOCKED = "import sys; sys.modules['sympy'] = None\nfrom symattn.cli import main\nsys.exit(main(sys.argv[1:]))"
+
+
+def _theory(args, cache, block=False):
+    env = dict(os.environ, SYMATTN_CACHE=str(cache), OPENBLAS_NUM_THREADS="1")
+    cmd = [sys.executable, "-c", BLOCKED] if block else [sys.executable, "-m", "symattn"]
+    return subprocess.run(cmd + ["theory", *map(str, args)], env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.parametrize("name", ["tied_softmax_L2", "tied_h2_L1_small"])
+def test_a_warm_theory_imports_no_sympy_and_reproduces_the_cold_run(name, tmp_path):
+    """Cold (empty store: derives, compiles, calibrates), then warm with SymPy made unimportable: the warm process
+    succeeds and writes the same bytes; a state not calibrated yet (another σ) is not warm — it needs the
+    derivation and must not pretend otherwise: with SymPy blocked it fails, without it runs and is then warm."""
+    cache = tmp_path / "cache"
+    args = [name, "--time", "0.05", "--points", "6", "--quiet"]
+    cold = _theory([*args, "--out", tmp_path / "cold.csv"], cache)
+    assert cold.returncode == 0, cold.stderr
+    warm = _theory([*args, "--out", tmp_path / "warm.csv"], cache, block=True)
+    assert warm.returncode == 0, warm.stderr
+    assert (tmp_path / "warm.csv").read_bytes() == (tmp_path / "cold.csv").read_bytes()
+    other = [*args, "--set", "indices.student.init_scale=1.1"]
+    if name == "tied_softmax_L2":                 # quadrature: a new initial state needs its own orders
+        assert _theory([*other, "--out", tmp_path / "o.csv"], cache, block=True).returncode != 0
+    assert _theory([*other, "--out", tmp_path / "o.csv"], cache).returncode == 0
+    again = _theory([*other, "--out", tmp_path / "o2.csv"], cache, block=True)
+    assert again.returncode == 0, again.stderr
+    assert (tmp_path / "o2.csv").read_bytes() == (tmp_path / "o.csv").read_bytes()
+
+
+def test_the_record_is_the_python_potential(tmp_path, monkeypatch):
+    """The warm compiled potential (from the record) against the Python potential of the same spec: the same names
+    and order-parameter names, the same split of the same gradient, Φ and ∇Φ to the quadrature's rounding (1e-10),
+    and — for F(z) = exp(z²/16), whose expectation exists only while Var G < 4 — the same refusal, word for word, at
+    a state on the bound."""
+    from symattn.derivation import derive
+    from symattn.errors import ExpectationUndefined
+    monkeypatch.setenv("SYMATTN_CACHE", str(tmp_path))
+    for raw in ("tied_softmax_L2", {**load_spec("tied_h2_L1_small").raw,
+                                    "model": {"tokens": 1, "activation": "exp(z**2/16)"}}):
+        spec = load_spec(raw)
+        compiled_potential(spec)                                  # cold: derives and stores the record
+        P = compiled_potential(spec)                              # warm: from the record
+        assert P._system is None, "the warm potential must not have loaded the derivation"
+        ref = derive(spec, 2).potential
+        assert P.names == tuple(ref.names)
+        K = spec.K
+        for a in range(K):
+            assert P.op.m(a) == (0 if ref.op.m(a) == 0 else ref.op.m(a))
+            for b in range(K):
+                assert P.op.omega(a, b).name == ref.op.omega(a, b).name
+                assert P.op.psi(a, b).name == ref.op.psi(a, b).name
+        rng = np.random.default_rng(0)
+        theta = np.abs(rng.standard_normal(len(ref.names))) * 0.2 + 0.1
+        val, grad = P.value_and_gradient(theta)
+        rval, rgrad = ref.value_and_gradient(theta)
+        scale = 1 + abs(rval) + np.max(np.abs(rgrad))
+        assert abs(val - rval) <= 1e-10 * scale and np.max(np.abs(grad - rgrad)) <= 1e-10 * scale
+        for got, want in zip(P.split_gradients(rgrad[None]), ref.split_gradients(rgrad[None])):
+            assert np.array_equal(got, want)
+        g, h = P.split_gradient(rgrad), ref.split_gradient(rgrad)
+        assert np.array_equal(g.m, h.m) and np.array_equal(g.gamma, h.gamma)
+        if spec.activation != "softmax":
+            edge = dict(zip(ref.names, theta))
+            edge["q_student_student"] = 2.0                       # Var G_s = 2 q_ss = 4: on the bound
+            with pytest.raises(ExpectationUndefined) as want:
+                ref.check_existence(ref.theta(edge))
+            with pytest.raises(ExpectationUndefined) as got:
+                P.check_existence(P.theta(edge))
+            assert str(got.value) == str(want.value) and "1/(2c) = 4" in str(got.value)
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_a_named_activation_never_jumps(activation):
+    """The command line skips the SymPy continuity check (``Loss.require_pathwise_gradient``) for a named
+    activation's loss (``Spec.expression_loss``): the check passes for every one of them, so skipping it changes
+    nothing; an expression is still checked (tests/test_faults.py: a jump activation's dynamics are refused)."""
+    from symattn.symbolic.loss import build_loss
+    spec = load_spec({**load_spec("tied_softmax_L2").raw, "model": {"tokens": 2, "activation": activation}})
+    assert not spec.expression_loss
+    build_loss(spec).require_pathwise_gradient()
