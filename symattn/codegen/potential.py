@@ -90,14 +90,12 @@ class PotentialRecord:
         return self.orders.get((spec.inverse_temperature, spec.initial_laws))
 
 
-class CompiledExpectation:
-    """A value-only expectation (ν) evaluated by a compiled function; anything else from the Python
-    expectation (``fallback``: loaded on first use)."""
+class _Compiled:
+    """What a compiled expectation shares: θ by names, the existence checks of its record, and every other attribute
+    from the symbolic expectation (``_fallback``, loaded on first use)."""
 
-    def __init__(self, record: ExpectationRecord, fn, law, order, fallback):
-        self.names, self.has_quadrature, self.order = record.names, record.has_quadrature, order
-        self._limits = [limit.scaled(law[1]) for limit in record.limits]
-        self._fn, self._law, self._fallback = fn, law, fallback
+    names: tuple
+    _limits: list
 
     def __getattr__(self, name):
         if name.startswith("_"):
@@ -111,6 +109,16 @@ class CompiledExpectation:
         for limit in self._limits:
             limit.check(theta)
 
+
+class CompiledExpectation(_Compiled):
+    """A value-only expectation (ν) evaluated by a compiled function; anything else from the Python
+    expectation (``fallback``: loaded on first use)."""
+
+    def __init__(self, record: ExpectationRecord, fn, law, order, fallback):
+        self.names, self.has_quadrature, self.order = record.names, record.has_quadrature, order
+        self._limits = [limit.scaled(law[1]) for limit in record.limits]
+        self._fn, self._law, self._fallback = fn, law, fallback
+
     def value(self, values) -> float:
         th = theta_of(self.names, values)
         if self.has_quadrature:
@@ -118,11 +126,11 @@ class CompiledExpectation:
         return float(self._fn(th, self._law))
 
 
-class CompiledPotential:
+class CompiledPotential(_Compiled):
     """Φ, ∇Φ (``phi_and_grad``) and ν (``nu``: name → ``CompiledExpectation``) of a spec by its generated module,
     with the names, the gradient split and the existence checks of its ``PotentialRecord``: all the matrix-level
     flow reads. Anything else (calibration, the Hessian in the means, the symbols) is the Python potential's
-    (``system()``: the derived system, loaded on first use — a warm run of a tied or direct model never needs it)."""
+    (``system()``: the derived system, loaded on first use — a warm run of a tied model never needs it)."""
 
     def __init__(self, record: PotentialRecord, module, spec, system):
         self.spec, self.names, self.op, self.split = spec, record.phi.names, record.op, record.split
@@ -145,18 +153,6 @@ class CompiledPotential:
 
     def _fallback(self):
         return self._derived().potential
-
-    def __getattr__(self, name):
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return getattr(self._fallback(), name)
-
-    def theta(self, values) -> np.ndarray:
-        return theta_of(self.names, values)
-
-    def check_existence(self, theta) -> None:
-        for limit in self._limits:
-            limit.check(theta)
 
     def value_and_gradient(self, values):
         """(Φ(θ), ∂Φ/∂θ) in ``names`` order, as ``Potential.value_and_gradient``."""
