@@ -169,7 +169,8 @@ display(Math(symattn.matrix_flow(spec).latex()))
 
 # %% [markdown]
 # ## 5. The generated code
-# `symattn.codegen.systems.source(system)` is a self-contained module (`symattn derive SPEC` writes it to `generated/`);
+# `symattn.codegen.systems.source(system)` is a self-contained module (`symattn derive SPEC` writes it to `generated/`,
+# ending, for a loss with Gaussian quadratures, with the line that sets the quadrature orders of the spec's state);
 # its docstring carries the equations it evaluates:
 
 # %%

@@ -131,11 +131,3 @@ def quadrature_nu_names(nu: dict) -> list:
     """The non-polynomial ν: the generated right-hand side reads them from params[4:] (in this order),
     so that it holds no state; the integrator evaluates and refreshes them (``derivation.state.params``)."""
     return [name for name, E in nu.items() if E.quad_terms]
-
-
-def noise_expectation_items(nu: dict, theta0) -> list:
-    """(expectation, function name, tag) for codegen, quadrature calibrated at θ0."""
-    for E in nu.values():
-        if E.quad_terms and E.order is None:
-            E.calibrate(theta0)
-    return [(E, name, name.replace("_", "")) for name, E in nu.items()]
