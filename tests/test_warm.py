@@ -98,3 +98,28 @@ def test_a_named_activation_never_jumps(activation):
     spec = load_spec({**load_spec("tied_softmax_L2").raw, "model": {"tokens": 2, "activation": activation}})
     assert not spec.expression_loss
     build_loss(spec).require_pathwise_gradient()
+
+
+def test_two_states_of_one_module_used_in_turn(tmp_path, monkeypatch):
+    """Two σ of tied softmax L = 2 share one compiled module, whose quadrature orders are set per β, and need
+    different orders; evaluated in turn, each potential gives bit for bit what it gave alone (Φ, ∇Φ, ν): every
+    evaluation sets its own state's orders."""
+    monkeypatch.setenv("SYMATTN_CACHE", str(tmp_path))
+    raw = load_spec("tied_softmax_L2").raw
+    wide = {**raw, "indices": [{**raw["indices"][0], "init_scale": 1.5}, *raw["indices"][1:]]}
+    theta = np.array([0.9, 1.1, 0.4, 0.3, 0.2, 0.8])[:len(compiled_potential(load_spec(raw)).names)]
+
+    def values(P):
+        v, g = P.value_and_gradient(theta)
+        return v, g, P.gradient_matrices(theta[None])[0], {n: E.value(theta) for n, E in P.nu.items()}
+
+    a = compiled_potential(load_spec(raw))
+    alone_a = values(a)
+    b = compiled_potential(load_spec(wide))
+    alone_b = values(b)
+    assert a.order != b.order and a._phi_and_grad is b._phi_and_grad
+    for P, alone in ((a, alone_a), (b, alone_b), (a, alone_a)):
+        got = values(P)
+        assert got[0] == alone[0] and np.array_equal(got[1], alone[1]) and np.array_equal(got[2], alone[2])
+        assert got[3] == alone[3]
+    assert alone_a[0] != alone_b[0]       # the two orders give different sums: the test can tell them apart

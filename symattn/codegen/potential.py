@@ -114,15 +114,16 @@ class CompiledExpectation(_Compiled):
     """A value-only expectation (ν) evaluated by a compiled function; anything else from the Python
     expectation (``fallback``: loaded on first use)."""
 
-    def __init__(self, record: ExpectationRecord, fn, law, order, fallback):
+    def __init__(self, record: ExpectationRecord, fn, law, order, fallback, own=lambda: None):
         self.names, self.has_quadrature, self.order = record.names, record.has_quadrature, order
         self._limits = [limit.scaled(law[1]) for limit in record.limits]
-        self._fn, self._law, self._fallback = fn, law, fallback
+        self._fn, self._law, self._fallback, self._own = fn, law, fallback, own
 
     def value(self, values) -> float:
         th = theta_of(self.names, values)
         if self.has_quadrature:
             self.check_existence(th)
+            self._own()
         return float(self._fn(th, self._law))
 
 
@@ -141,8 +142,11 @@ class CompiledPotential(_Compiled):
         self._phi_and_grad, self._system, self._derive = module.phi_and_grad, None, system
         orders = record.orders_at(spec) or {}
         self.order = orders.get("phi_and_grad")
+        # the module serves every state of its structure, its orders are set per β: each evaluation sets this
+        # state's (a dictionary assignment), so two potentials of one structure can be used in turn
+        self._own = (lambda: module.set_orders(self.beta, orders)) if orders else (lambda: None)
         self.nu = {name: CompiledExpectation(E, getattr(module, name), self._law, orders.get(name),
-                                             lambda name=name: self._derived().nu[name])
+                                             lambda name=name: self._derived().nu[name], self._own)
                    for name, E in record.nu.items()}
 
     def _derived(self):
@@ -159,6 +163,7 @@ class CompiledPotential(_Compiled):
         th = theta_of(self.names, values)
         if self.has_quadrature:
             self.check_existence(th)
+            self._own()
         val, grad = self._phi_and_grad(th, self._law)
         return float(val), np.array(grad, dtype=float)
 
@@ -181,6 +186,7 @@ class CompiledPotential(_Compiled):
         if self.has_quadrature:
             for row in thetas:
                 self.check_existence(row)
+            self._own()
         return self.split.matrices(np.array([f(row, law)[1] for row in thetas]))
 
     def gamma(self, values) -> np.ndarray:
