@@ -123,3 +123,25 @@ def test_two_states_of_one_module_used_in_turn(tmp_path, monkeypatch):
         assert got[0] == alone[0] and np.array_equal(got[1], alone[1]) and np.array_equal(got[2], alone[2])
         assert got[3] == alone[3]
     assert alone_a[0] != alone_b[0]       # the two orders give different sums: the test can tell them apart
+
+
+def test_a_feature_covariance_law_is_part_of_the_stored_derivation(tmp_path, monkeypatch):
+    """The initial laws of the indices are run-time data, the feature covariance's is not: a hierarchy's p_ columns
+    are centred with its φ(Σ²) (``pair_columns``). Two specs differing only in Σ's law therefore derive two stored
+    systems, each centring with its own φ(Σ²) — one store entry for both would centre the second with the first's."""
+    from symattn.derivation import derive, store
+    from symattn.derivation.system import CENTRED
+    monkeypatch.setenv("SYMATTN_CACHE", str(tmp_path))
+    specs = [load_spec("tied_h2_L1_small", [f"model.feature_covariance={law}"])
+             for law in ('{law="power",exponent=0.2}', '{law="two_level",ratio=3.0,weight=0.25}')]
+    assert specs[0].features.second_moment != specs[1].features.second_moment
+    assert store.key(specs[0], 4, 1e-8) != store.key(specs[1], 4, 1e-8)
+    from symattn.codegen.systems import compiled
+    for spec in specs:
+        system = derive(spec, 4)
+        compiled(system)                                          # stores it: the next spec would load it if shared
+        centred = [c for c in system.columns if c.source == CENTRED]
+        assert centred and all(c.args[3] == spec.features.second_moment for c in centred)
+    wider = load_spec("tied_h2_L1_small", ['model.feature_covariance={law="power",exponent=0.2}',
+                                           "indices.student.init_scale=1.3"])
+    assert store.key(wider, 4, 1e-8) == store.key(specs[0], 4, 1e-8)      # σ: run-time data

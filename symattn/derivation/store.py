@@ -2,8 +2,9 @@
 integrating, not deriving (SymPy) and printing code.
 
 A derived system depends on the model's structure (``Spec.structure``, and the indices' symbols its
-equations are written in), the truncation, the quadrature tolerance, the package's code and SymPy's
-version — not on the initial laws, the training parameters (ε, B, γ), the label-noise variance or β,
+equations are written in), the feature covariance's law (its φ(Σ²) centres the p_ columns), the truncation,
+the quadrature tolerance, the package's code and SymPy's version — not on the indices' initial laws, the
+training parameters (ε, B, γ), the label-noise variance or β,
 which are run-time arguments. Those make the key; the stored object is the system with its generated
 module's source, pickled. On load the caller's spec replaces the stored one (in the system, its
 potential and its ν), so the initial laws, ε, B, γ and the label-noise variance are always the caller's.
@@ -47,9 +48,11 @@ def sympy_version() -> str:
 
 def key(spec, truncation: int, tol: float) -> str:
     """What a derivation depends on (module docstring), hashed."""
+    f = spec.features                                   # its φ(Σ²) centres the p_ columns
+    features = None if f.identity else {"law": f.describe(), "moments": [f.moment(n) for n in range(2, 9)]}
     text = json.dumps({"structure": spec.structure, "symbols": [ix.symbol for ix in spec.indices],
-                       "truncation": int(truncation), "tol": float(tol), "code": code_digest(),
-                       "sympy": sympy_version()}, sort_keys=True, default=repr)
+                       "features": features, "truncation": int(truncation), "tol": float(tol),
+                       "code": code_digest(), "sympy": sympy_version()}, sort_keys=True, default=repr)
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
