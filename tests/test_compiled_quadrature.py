@@ -275,7 +275,7 @@ def test_a_jump_is_compiled_by_the_score_route_and_equals_the_python_quadrature(
     th = P.theta({"q_s_s": 0.8, "q_s_t": 0.3, "q_t_t": 0.5})
     P.calibrate(th)
     kernels = {}
-    code, orders = emit.expectation_code(P, "phi_and_grad", "phi", kernels=kernels)
+    code, _ = emit.expectation_code(P, "phi_and_grad", "phi", kernels=kernels)
     source = "\n\n".join([
         "import math\n\nimport numpy\nimport numpy as np\nfrom numba import njit\n",
         emit.template("gauss_rule.py.tmpl").template,

@@ -261,7 +261,7 @@ def expectation_code(E, fname, tag, gradient=True, kernels=None):
     law = (label-noise variance s², inverse temperature β) (the closed forms take (θ, s², β) as one
     vector; the quadrature terms their data packed for β, ``_data``).
 
-    Returns (source, {fname: ()} when E has quadrature terms): their orders are run-time data (``set_orders``).
+    Returns (source, whether E has quadrature terms): their orders are run-time data (``set_orders``).
     ``kernels``: the integrands emitted so far in the module (shared between expectations).
     """
     kernels = {} if kernels is None else kernels
@@ -295,7 +295,7 @@ def expectation_code(E, fname, tag, gradient=True, kernels=None):
         parts.append(f"_TERMS[{fname!r}] = ({', '.join(entries)},)\n"
                      f"_KERNELS[{fname!r}] = ({', '.join(routes)},)\n")
     body.append("    return val, grad" if gradient else "    return val")
-    return "\n\n".join(parts) + "\n\n" + "\n".join(body) + "\n", ({fname: ()} if E.base_terms else {})
+    return "\n\n".join(parts) + "\n\n" + "\n".join(body) + "\n", bool(E.base_terms)
 
 
 def gradient_entries(potential, var="g") -> dict:
@@ -356,18 +356,18 @@ def module_source(system, kind: str, coefficient_lines: list, theta: str = "mu[T
     src.append(int_array("KEY", T["key"]))
     src.append(float_array("VAL", T["val"]))
     kernels = {}
-    code, orders = expectation_code(P, "phi_and_grad", "phi", gradient=True, kernels=kernels)
+    code, quadrature = expectation_code(P, "phi_and_grad", "phi", gradient=True, kernels=kernels)
     blocks = [WITH_LAW, code]
     for E, fname, tag in expectations:
-        c, o = expectation_code(E, fname, tag, gradient=False, kernels=kernels)
+        c, q = expectation_code(E, fname, tag, gradient=False, kernels=kernels)
         blocks.append(c)
-        orders |= o
+        quadrature |= q
     if kernels:
         blocks.insert(0, KERNELS_BEGIN + "\n" + "\n\n".join(text for _, text in kernels.values()) + KERNELS_END)
-    if orders:
+    if quadrature:
         blocks.insert(0, template("gauss_rule.py.tmpl").template)
     src.append("\n" + "\n\n".join(blocks))
-    jit = "" if orders else "@njit(cache=True)\n"
+    jit = "" if quadrature else "@njit(cache=True)\n"
     fill_lines = f"    coef = np.zeros({len(system.coef_names)})\n" + "\n".join(coefficient_lines) + "\n    return coef"
     if jit:                  # all compiled: the lines inline (each compiled layer costs ≈ 0.3 s of compilation)
         fill, body = "", fill_lines

@@ -300,22 +300,23 @@ def adaptive_orders(terms, theta, tol, start=17, relative=False, evaluate=None):
     ``evaluate(i, θ, (n, kind))``: (E f, ∇E f) of terms[i] on that rule, in place of ``terms[i].evaluate`` (a
     generated module's compiled kernels: ``GaussianExpectation.evaluated_by``).
     """
-    index = {id(t): i for i, t in enumerate(terms)}
+    if evaluate is None:
+        def evaluate(i, th, rule):
+            return terms[i].evaluate(th, 0, rule)
 
-    def at(t, order, rule=None):
-        rule = rule or t.rule(order)
-        return np.r_[evaluate(index[id(t)], theta, rule) if evaluate else t.evaluate(theta, 0, rule)]
+    def at(i, order, rule=None):
+        return np.r_[evaluate(i, theta, rule or terms[i].rule(order))]
 
-    first = [at(t, start) for t in terms]
+    first = [at(i, start) for i in range(len(terms))]
     total = np.sum(first, axis=0)
     scale = np.max(np.abs(total)) if relative else max(1.0, np.max(np.abs(total)))
     share = tol * max(scale, 1e-300) / len(terms)
     orders, err = [], 0.0
-    for t, prev in zip(terms, first):
+    for i, (t, prev) in enumerate(zip(terms, first)):
         n, kind = t.rule(start)
         if kind == "hermite":
             orders.append(start)
-            err += float(np.max(np.abs(prev - at(t, 0, (n - 1, kind))))) if n > 2 else 0.0
+            err += float(np.max(np.abs(prev - at(i, 0, (n - 1, kind))))) if n > 2 else 0.0
             continue
         order, change = start, None
         while True:
@@ -323,7 +324,7 @@ def adaptive_orders(terms, theta, tol, start=17, relative=False, evaluate=None):
             n_now, n_next = t.rule(order)[0], t.rule(nxt)[0]
             if n_next <= n_now:                                      # at the node cap
                 break
-            cur = at(t, nxt)
+            cur = at(i, nxt)
             change = float(np.max(np.abs(cur - prev))) * _first_order(t, n_now, n_next)
             if change <= share:           # the change estimates the error of the lower order (the rule
                 break                     # converges geometrically): keep that one
@@ -333,7 +334,7 @@ def adaptive_orders(terms, theta, tol, start=17, relative=False, evaluate=None):
         if change is None:                                       # capped at the start: compare one step down
             m = t.rule(order)[0]
             low = max(3, int(m / 1.3)) | 1
-            change = float(np.max(np.abs(prev - at(t, 0, (low, kind))))) * _first_order(t, low, m)
+            change = float(np.max(np.abs(prev - at(i, 0, (low, kind))))) * _first_order(t, low, m)
         orders.append(order)
         err += change
     return tuple(orders), err
