@@ -217,8 +217,7 @@ def cmd_derive(args):
 
     from .codegen.load import default_path, write_module
     from .codegen.systems import compiled, module_file
-    from .derivation import derive
-    from .derivation.hierarchy import require_moments
+    from .derivation import derive, require_moments
     from .files import check_output_file
     spec = _load(args, dynamics=True)
     M = _truncation(args, spec)

@@ -33,7 +33,7 @@ def free_moments(spec, words) -> np.ndarray:
         from .symbolic.metric import WhitenedMoments
         phi = WhitenedMoments(laws(spec), spec.features.moment)
         return np.array([phi(w) for w in words])
-    return np.array([1.0 if not w else float(freeprob.free_moment(w, laws(spec))) for w in words])
+    return np.array([1.0 if not w else freeprob.free_moment_value(w, laws(spec)) for w in words])
 
 
 def sample_moments(spec, words, dim: int, seed: int = 0) -> np.ndarray:

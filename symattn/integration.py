@@ -109,7 +109,7 @@ def solve(system, y0, time: float, points: int, epsilon: float = 0.0, rtol=None,
     Tolerances default to rtol 1e-9 for closed-form coefficients and 1e-7 when Φ needs
     quadrature (itself accurate to ~1e-8).
     """
-    quad = bool(system.potential.quad_terms)
+    quad = system.potential.has_quadrature
     rtol = rtol or (1e-7 if quad else 1e-9)
     atol = atol or (1e-9 if quad else 1e-12)
     from .codegen.systems import compiled
@@ -195,7 +195,7 @@ def admissibility(system):
     window leaves this set (the zero truncation is no moment sequence); the integration stops there."""
     from .derivation.system import CENTRED as S_CENTRED
     P = system.potential
-    _, _, o_pos, p_pos, _ = P.split_plan()
+    o_pos, p_pos = P.split.o_pos, P.split.p_pos
     K = system.spec.K
     tw = np.asarray(system.theta_words)
     symmetric = {system.index(((k, "S"),)) for k, ix in enumerate(system.spec.indices) if ix.symmetric}
@@ -221,12 +221,15 @@ def admissibility(system):
 
 
 def retruncated(system, M: int):
-    """``system`` at truncation M (the truncation check): once per system object, from the store of
-    derived systems where it was derived before."""
+    """``system`` at truncation M (the truncation check): once per system object, warm from its stored record
+    where it was run before (``codegen.warm.runnable``), else from the store of derived systems or derived now."""
+    from .codegen.warm import derived, runnable
     from .derivation import retruncate, store
     cache = system.__dict__.setdefault("_retruncated", {})
     if M not in cache:
-        cache[M] = store.cached(system.spec, M, system.potential.tol, lambda: retruncate(system, M))
+        spec, tol = system.spec, system.potential.tol
+        cache[M] = runnable(spec, M, tol, build=lambda: store.cached(spec, M, tol,
+                                                                      lambda: retruncate(derived(system), M)))
     return cache[M]
 
 
@@ -260,8 +263,7 @@ def integrate(system, time: float = 1.0, points: int = 51, init="free", dim: int
     ``gap_tol·(1 + |value|)`` is reported. ``log_time``:
     log-spaced output times (``time_grid``).
     """
-    from .derivation import min_truncation
-    from .derivation.hierarchy import require_moments
+    from .derivation import min_truncation, require_moments
     from .derivation.state import initial, observables, restrict
     spec = system.spec
     require_moments(spec, system.truncation)

@@ -35,6 +35,7 @@ from symattn.symbolic.freeprob import (
     canonical_words,
     clear_cache,
     free_moment,
+    free_moment_value,
     free_moments,
     free_moments_float,
     letter_matrix,
@@ -245,6 +246,20 @@ def test_free_moments_float_consistent():
     fl = free_moments_float(ws, laws)
     assert fl.dtype == np.float64
     assert np.allclose(fl, [float(ex[w]) for w in ws], rtol=1e-13, atol=1e-15)
+
+
+@pytest.mark.parametrize("laws", [
+    [Wishart(R(1, 2), 1), GOE(R(1, 2)), Untied(R(1, 2), 1, R(4, 5))],          # exact rationals
+    [Wishart(0.37, 0.9), GOE(0.61), Untied(0.45, 1.3, 0.7)],                    # floats
+    [Wishart(R(1, 3), 0.9), Identity(), Untied(0.45, R(1, 2), 1)],              # both
+])
+def test_free_moment_value_is_the_exact_moment_rounded(laws):
+    """``free_moment_value`` (no SymPy: a warm run's initial state) is ``float(free_moment)`` bit for bit — the
+    exact rational rounded once for rational parameters, the same float sum otherwise."""
+    ws = canonical_words(laws, 4)
+    assert len(ws) > 20
+    for w in ws:
+        assert free_moment_value(w, laws) == float(free_moment(w, laws)), w
 
 
 def test_work_is_polynomial_in_the_word_length(monkeypatch):

@@ -1,9 +1,10 @@
 """A warm ``theory`` (the derivation, the module and the orders of the spec's state stored before): no SymPy is
 imported and nothing is derived, and it computes exactly what the cold run computes.
 
-The warm matrix-level flow reads the compiled potential's plain record (``codegen.potential.PotentialRecord``) in
-place of the pickled derivation; these tests hold it to the Python potential it was made from — names, the
-gradient split, the existence checks — and the whole table to the cold run's, bit for bit.
+A warm run reads the system's plain record (``codegen.warm.SystemRecord``, holding the compiled potential's
+``codegen.potential.PotentialRecord``) in place of the pickled derivation — the matrix-level flow its potential,
+a moment hierarchy the whole system; these tests hold the record to the Python potential it was made from —
+names, the gradient split, the existence checks — and the whole table to the cold run's, bit for bit.
 """
 from __future__ import annotations
 
@@ -45,6 +46,24 @@ def test_a_warm_theory_imports_no_sympy_and_reproduces_the_cold_run(name, tmp_pa
     again = _theory([*other, "--out", tmp_path / "o2.csv"], cache, block=True)
     assert again.returncode == 0, again.stderr
     assert (tmp_path / "o2.csv").read_bytes() == (tmp_path / "o.csv").read_bytes()
+
+
+@pytest.mark.parametrize("args", [
+    ["direct_h2_L1_small"],                                                   # closed at M = 2, polynomial
+    ["general_softmax_L2", "--set", "training.noise_ratio=0.2"],              # closed; quadrature Φ and ν
+    ["tied_h2_L1_small", "--method", "moments", "--truncation", "4"],         # truncated, with its companion M = 2
+], ids=["direct", "general-noise", "tied-moments"])
+def test_a_warm_moment_hierarchy_imports_no_sympy_and_reproduces_the_cold_run(args, tmp_path):
+    """The moment hierarchy of a warm run is rebuilt from its plain record (``codegen.warm.SystemRecord``), its
+    companion truncation too: with SymPy made unimportable the process succeeds and writes the cold run's bytes;
+    its right-hand side is the same compiled module with the same quadrature orders and noise values."""
+    cache = tmp_path / "cache"
+    args = [*args, "--time", "0.2", "--points", "6", "--quiet"]
+    cold = _theory([*args, "--out", tmp_path / "cold.csv"], cache)
+    assert cold.returncode == 0, cold.stderr
+    warm = _theory([*args, "--out", tmp_path / "warm.csv"], cache, block=True)
+    assert warm.returncode == 0, warm.stderr
+    assert (tmp_path / "warm.csv").read_bytes() == (tmp_path / "cold.csv").read_bytes()
 
 
 def test_the_record_is_the_python_potential(tmp_path, monkeypatch):

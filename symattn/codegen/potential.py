@@ -6,9 +6,10 @@ softmax L = 2 model, the generated module's ``phi_and_grad`` ≈ 26 µs. :func:`
 returns a :class:`CompiledPotential`: those evaluations by the module of the spec's smallest hierarchy
 (truncation 2: Φ, ∇Φ and ν do not depend on the truncation), and what else the flow reads — the names,
 the full-matrix split of the gradient, the existence checks, the quadrature orders of the spec's state — from
-a :class:`PotentialRecord`, plain data kept in the per-user derivation store (``derivation.store``). So a
-second run of a model neither derives (SymPy) nor compiles (Numba), and a warm one does not even import
-SymPy: it loads the record and the module. The split and the checks are the Python potential's own objects
+a :class:`PotentialRecord`, plain data kept with the system's record in the per-user derivation store
+(``codegen.warm``, ``derivation.store``). So a second run of a model neither derives (SymPy) nor compiles (Numba),
+and a warm one does not even import SymPy: it loads the record and the module. The moment hierarchies integrate
+a system whose potential is this one too (``codegen.warm.runnable``). The split and the checks are the Python potential's own objects
 (``derivation.split``), so the two agree to the quadrature's round-off (``tests/test_spectral.py``,
 ``tests/test_warm.py``).
 """
@@ -66,13 +67,13 @@ class ExpectationRecord:
 
 class PotentialRecord:
     """The compiled potential of a derived system as plain data — no SymPy object, so a warm run loads it without
-    importing SymPy (``derivation.store.load_record``): Φ's ``ExpectationRecord``, the order parameters' names
+    importing SymPy (part of ``codegen.warm.SystemRecord``, tol the quadrature tolerance): Φ's ``ExpectationRecord``, the order parameters' names
     (``NamedParameters``), the gradient split (``split.GradientSplit``), each ν's ``ExpectationRecord``, the
     generated module's source and the quadrature orders calibrated so far, per (β, initial laws)."""
 
     def __init__(self, system):
         P = system.potential
-        self.phi = ExpectationRecord(P)
+        self.phi, self.tol = ExpectationRecord(P), P.tol
         self.op = NamedParameters(P.op, P.spec.K)
         self.split = P.split
         self.nu = {name: ExpectationRecord(E) for name, E in system.nu.items()}
@@ -135,6 +136,7 @@ class CompiledPotential(_Compiled):
 
     def __init__(self, record: PotentialRecord, module, spec, system):
         self.spec, self.names, self.op, self.split = spec, record.phi.names, record.op, record.split
+        self.tol = record.tol
         self.has_quadrature = record.phi.has_quadrature
         self.label_noise, self.beta = spec.label_noise_variance, spec.inverse_temperature
         self._law = np.array([self.label_noise, self.beta])
@@ -148,6 +150,10 @@ class CompiledPotential(_Compiled):
         self.nu = {name: CompiledExpectation(E, getattr(module, name), self._law, orders.get(name),
                                              lambda name=name: self._derived().nu[name], self._own)
                    for name, E in record.nu.items()}
+
+    def own_orders(self) -> None:
+        """Set this state's quadrature orders in the module (before calling its functions directly)."""
+        self._own()
 
     def _derived(self):
         """The derived system (loaded from the store on first use)."""
@@ -197,27 +203,8 @@ def compiled_potential(spec, tol: float = 1e-8) -> CompiledPotential:
     """The compiled Φ, ∇Φ and ν of ``spec`` (module docstring). Warm — the store holds the model's record with
     orders for this β and initial state — it loads the record and the module only (no SymPy, no derivation);
     else it derives (or loads the derivation), compiles, calibrates and stores the record."""
-    from ..derivation import min_truncation, store
+    from ..derivation import min_truncation
     from ..spec import require_spec
-    from .load import cached_module
+    from .warm import runnable
     spec = require_spec(spec, "compiled_potential")
-    M = max(MIN_TRUNCATION, min_truncation(spec))
-
-    def derived():
-        from ..derivation import derive
-        return derive(spec, M, tol=tol)
-
-    key = store.key(spec, M, tol)
-    record = store.load_record(key)
-    orders = record.orders_at(spec) if record is not None else None
-    if orders is not None:
-        mod = cached_module(record.source)
-        if orders:
-            mod.set_orders(spec.inverse_temperature, orders)
-        return CompiledPotential(record, mod, spec, derived)
-    from .systems import compiled
-    system = derived()
-    mod = compiled(system)
-    record = PotentialRecord(system)
-    store.save_record(key, record)
-    return CompiledPotential(record, mod, spec, lambda: system)
+    return runnable(spec, max(MIN_TRUNCATION, min_truncation(spec)), tol).potential

@@ -14,10 +14,11 @@ import numpy as np
 
 from ..derivation import system as S
 from ..derivation.means import FD_STEP, algorithm_source
-from ..derivation.noise import quadrature_nu_names
-from ..derivation.potential import at_beta
-from .emit import gradient_entries, module_source, template
+from ..derivation.split import quadrature_nu_names
 from .load import cached_module
+
+# printing a module needs SymPy (``emit``, ``derivation.potential``), imported where a module is printed or
+# calibrated: ``compiled`` of a warm system (``codegen.warm``) imports neither
 
 
 def noise_value(name: str, nu: dict) -> str:
@@ -42,6 +43,7 @@ def noise_values_source(system) -> str:
 
 def coefficient_lines(system) -> list:
     """Generated-code version of ``derivation.state.coefficients``: one line (or two) per coefficient rule."""
+    from .emit import gradient_entries
     G = gradient_entries(system.potential)
     lines = []
     for j, c in enumerate(system.coefficient_rules):
@@ -70,6 +72,7 @@ def _jit(system) -> str:
 
 def slaved_means_source(system) -> str:
     """The slaved means: ∂Φ/∂m, its Jacobian, and the Newton solver and velocity of ``derivation.means``."""
+    from .emit import template
     jit = _jit(system)
     return template("untied_means.py.tmpl").substitute(
         jit=jit, mean_pos=repr(list(system.mean_pos)), mean_state=repr([system.mean_state[k] for k in system.mean_trainable]),
@@ -92,6 +95,7 @@ def source(system) -> str:
     """The generated module of a derived system. It depends on the model's structure and truncation only: the
     quadrature orders are run-time data (``register_orders``), so every initial law and β share one module
     (imported and compiled once)."""
+    from .emit import module_source, template
     slaved = bool(system.mean_indices)
     theta = "_solve_means(mu[THETA_WORDS], params[2:4])" if slaved else "mu[THETA_WORDS]"
     nus = [(E, name, name.replace("_", "")) for name, E in system.nu.items()]
@@ -110,6 +114,7 @@ def module_file(system) -> str:
     orders = calibrated_orders(system, beta=1.0)
     if not orders:
         return text
+    from ..derivation.potential import at_beta
     P = system.potential
     with at_beta(_expectations(system), 1.0):
         error = P.error
@@ -127,6 +132,7 @@ def calibrated_orders(system, beta: float | None = None, mod=None) -> dict:
     quad = {name: E for name, E in quad.items() if E.base_terms}
     if not quad:
         return {}
+    from ..derivation.potential import at_beta
     b = P.beta if beta is None else float(beta)
     with at_beta(_expectations(system), b):
         theta0 = None
@@ -162,6 +168,10 @@ def register_orders(system, mod) -> bool:
     (``calibrated_orders``) — for the run about to start; the compiled integrands are β- and state-free, so
     nothing recompiles. True when they were calibrated now (the system then holds them: ``compiled`` stores
     it, so that a later process at this state and β skips the calibration)."""
+    from .potential import CompiledPotential
+    if isinstance(system.potential, CompiledPotential):    # a warm system (``codegen.warm``): its record's orders
+        system.potential.own_orders()
+        return False
     expectations = _expectations(system)
     known = sum(len(E._orders) for E in expectations)
     orders = calibrated_orders(system, mod=mod)

@@ -13,10 +13,29 @@ def min_truncation(spec) -> int:
     return 3 if untied and not spec.features.identity else 2
 
 
+def closes(spec) -> bool:
+    """Whether every student's flow preserves word length, closing the hierarchy at M = 2 (direct S,
+    §4): not with a feature covariance, whose Σ letters lengthen every word (§1)."""
+    return spec.features.identity and all(spec.indices[k].kind.closes for k in spec.students)
+
+
+def require_moments(spec, M: int) -> None:
+    """SpecError unless Σ's law has the moments φ(Σ^n), n ≤ M, that the whitened words of length ≤ M need
+    (``symbolic.metric``; a power law's are infinite from n = 1/a on). Asked where a hierarchy's moments are
+    used (``integrate``, ``derive`` on the command line), not where only its Φ, ∇Φ, ν are (the matrix level's
+    compiled potential)."""
+    top = spec.features.finite_moments()
+    if M > top:
+        from ..errors import SpecError
+        raise SpecError(f"{spec.source}: model.feature_covariance = {spec.features.describe()}: the moment hierarchy "
+                        f"at M = {M} needs φ(Σ^n) up to n = {M}, infinite for this law from n = {top + 1} on "
+                        f"(the words themselves diverge as d → ∞); use --truncation ≤ {top} or the matrix-level "
+                        f"theory (--method spectral, the default)")
+
+
 def estimate_size(spec, truncation: int) -> dict:
     """Letters, estimated number of moments (canonical words up to length M, ≈ Σ_w n^w/(2w)) and
     letter strings visited by the enumeration (Σ_w n^w) of a hierarchy, before building it."""
-    from .hierarchy import closes
     n = sum(len(ix.kind.letters(k)) for k, ix in enumerate(spec.indices)) + (not spec.features.identity)   # Σ
     M = int(truncation)
     if closes(spec):

@@ -19,6 +19,7 @@ from collections import defaultdict
 
 from ..kinds import alphabet_of, metric_letters
 from ..spec import Spec, require_spec
+from . import closes
 from .noise import noise_terms, nu_expectations, nu_names
 from .potential import Potential
 from .system import DECAY, GRADIENT, LOSS, NOISE, ONE, STATE, Coef, Column, System, pack_terms, pair_columns
@@ -54,26 +55,6 @@ def apply_flows(words, alphabet, flows, truncation):
                 acc[(row, col, 0, key)] += factor
     bar.close()
     return acc
-
-
-def closes(spec) -> bool:
-    """Whether every student's flow preserves word length, closing the hierarchy at M = 2 (direct S,
-    §4): not with a feature covariance, whose Σ letters lengthen every word (§1)."""
-    return spec.features.identity and all(spec.indices[k].kind.closes for k in spec.students)
-
-
-def require_moments(spec, M: int) -> None:
-    """SpecError unless Σ's law has the moments φ(Σ^n), n ≤ M, that the whitened words of length ≤ M need
-    (``symbolic.metric``; a power law's are infinite from n = 1/a on). Asked where a hierarchy's moments are
-    used (``integrate``, ``derive`` on the command line), not where only its Φ, ∇Φ, ν are (the matrix level's
-    compiled potential)."""
-    top = spec.features.finite_moments()
-    if M > top:
-        from ..errors import SpecError
-        raise SpecError(f"{spec.source}: model.feature_covariance = {spec.features.describe()}: the moment hierarchy "
-                        f"at M = {M} needs φ(Σ^n) up to n = {M}, infinite for this law from n = {top + 1} on "
-                        f"(the words themselves diverge as d → ∞); use --truncation ≤ {top} or the matrix-level "
-                        f"theory (--method spectral, the default)")
 
 
 def symmetric_coefficient_rules(spec) -> tuple:

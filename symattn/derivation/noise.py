@@ -124,10 +124,3 @@ def noise_terms(spec, words, alphabet, coef_index, truncation, metric: tuple = (
                     for Lb, tb, Rb, cb in kind[l].fluctuation_forms(w[j], metric):
                         add(row, col(Ra + X1 + Lb), col(Rb + X2 + La), nu_name(spec, k, l, ta + tb), ca * cb)
     return acc
-
-
-# ---- shared by every system that carries noise coefficients (coef[name] = ε·ν(θ)) ----
-def quadrature_nu_names(nu: dict) -> list:
-    """The non-polynomial ν: the generated right-hand side reads them from params[4:] (in this order),
-    so that it holds no state; the integrator evaluates and refreshes them (``derivation.state.params``)."""
-    return [name for name, E in nu.items() if E.quad_terms]

@@ -225,7 +225,7 @@ def _instability(system, k, j, y0) -> float | None:
     """λ: the largest growth rate of the student–teacher cross words of length 2 at the uninformative state, from
     the Jacobian of the closed equations (ε → 0); None where the hierarchy does not close (its truncation would
     decide λ)."""
-    from .hierarchy import closes
+    from . import closes
     if not closes(system.spec):
         return None
     eq = system._sympy

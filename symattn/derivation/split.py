@@ -121,3 +121,9 @@ def nu_name(spec, k: int, l: int, kinds: str = "dd") -> str:
     if spec.indices[a].symmetric or spec.indices[b].symmetric:
         return f"nu_{a}_{b}"
     return f"nu{1 if kinds[0] == kinds[1] else 2}_{a}_{b}"
+
+
+def quadrature_nu_names(nu: dict) -> list:
+    """The non-polynomial ν (``has_quadrature``): the generated right-hand side reads them from params[4:] (in this
+    order), so that it holds no state; the integrator evaluates and refreshes them (``derivation.state.params``)."""
+    return [name for name, E in nu.items() if E.has_quadrature]

@@ -15,7 +15,7 @@ import numpy as np
 
 from . import system as S
 from .means import fast_flow, mean_velocity, relax_means, solve_means
-from .noise import quadrature_nu_names
+from .split import quadrature_nu_names
 
 
 def theta(system, y) -> np.ndarray:

@@ -119,8 +119,8 @@ def save(system) -> bool:
 
 
 def load_record(k: str):
-    """The compiled potential's plain record of key k (``codegen.potential.PotentialRecord``: ``r_<key>.pkl``,
-    no SymPy object, so loading it imports no SymPy), or None."""
+    """The plain record of the system of key k (``codegen.warm.SystemRecord``: ``r_<key>.pkl``, no SymPy object,
+    so loading it imports no SymPy), or None."""
     return _read(_path(k, "r"))
 
 

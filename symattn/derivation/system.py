@@ -22,7 +22,6 @@ import numpy as np
 from ..spec import Spec
 from ..symbolic.words import Alphabet, word_name
 from ..transient import PicklesWithoutCaches
-from .potential import Potential
 
 TERM_DTYPE = np.dtype([("row", np.int64), ("c1", np.int64), ("c2", np.int64), ("key", np.int64), ("val", np.float64)])
 
@@ -75,7 +74,7 @@ class System(PicklesWithoutCaches):
     coefficient_rules: tuple       # Coef per key: coef[0] = 1, coef[1] = γ, ...
     terms: np.ndarray              # TERM_DTYPE: row, c1, c2, key, val
     theta_words: list              # state entry of every order parameter (Potential.names order)
-    potential: Potential
+    potential: object              # derivation.potential.Potential, or a warm run's codegen.potential.CompiledPotential
     columns: tuple = ()            # Column per CSV column
     mean_indices: list = field(default_factory=list)   # untied k with a mean in the state, in spec order
     nu: dict = field(default_factory=dict)             # name -> GaussianExpectation of ν (derivation.noise)

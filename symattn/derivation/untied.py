@@ -37,8 +37,8 @@ from __future__ import annotations
 
 from ..kinds import alphabet_of, metric_letters
 from ..spec import Spec, require_spec
-from . import min_truncation
-from .hierarchy import apply_flows, closes
+from . import closes, min_truncation
+from .hierarchy import apply_flows
 from .noise import noise_terms, nu_expectations, nu_names
 from .potential import Potential
 from .system import (

@@ -27,10 +27,10 @@ def _check(o, given, say):
 
 
 def run(spec, o) -> TheoryTable:
-    from ..derivation import derive
+    from ..codegen.warm import runnable
     from ..integration import integrate
     eps = spec.epsilon(o["dim"]) if o["noise"] else 0.0
-    system = derive(spec, o["truncation"])
+    system = runnable(spec, o["truncation"])
     r = integrate(system, time=o["time"], points=o["points"], init=o["init"], dim=o["dim"], seed=o["seed"],
                   epsilon=eps, log_time=o["log_time"], check_truncation=o["check_truncation"])
     return TheoryTable(r.table, "moments", o, spec.name, valid_until=r.valid_until, diverged_at=r.diverged_at,

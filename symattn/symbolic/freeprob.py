@@ -39,6 +39,7 @@ words.  Independence of different indices gives freeness automatically (e.g. φ(
 from __future__ import annotations
 
 import itertools
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -47,7 +48,6 @@ from numbers import Rational as _NumRational
 from typing import Any
 
 import numpy as np
-import sympy as sp
 
 __all__ = [
     "Wishart",
@@ -339,6 +339,12 @@ def _raw_param(law, name):
     raise KeyError(name)
 
 
+def _loaded_sympy():
+    """SymPy if it is loaded (a law parameter given as a SymPy number means it is), else None: a numeric law's
+    moments are computed without importing it (a warm ``theory`` does not)."""
+    return sys.modules.get("sympy")
+
+
 def _as_fraction(x):
     """Fraction for exact rational inputs, else None."""
     if isinstance(x, bool):
@@ -347,7 +353,8 @@ def _as_fraction(x):
         return Fraction(int(x))
     if isinstance(x, Fraction):
         return x
-    if isinstance(x, sp.Basic):
+    sp = _loaded_sympy()
+    if sp is not None and isinstance(x, sp.Basic):
         if isinstance(x, sp.Rational):
             return Fraction(int(x.p), int(x.q))
         return None
@@ -357,28 +364,31 @@ def _as_fraction(x):
 
 
 def _is_float(x) -> bool:
-    return isinstance(x, (float, np.floating)) or (isinstance(x, sp.Float))
+    sp = _loaded_sympy()
+    return isinstance(x, (float, np.floating)) or (sp is not None and isinstance(x, sp.Float))
+
+
+def _float_sum(poly: dict, raw: dict) -> float:
+    """The polynomial in floating point at the raw parameters {variable: (value, power)}."""
+    vals = {v: float(x) ** p for v, (x, p) in raw.items()}
+    tot = 0.0
+    for m, c in poly.items():
+        term = float(c)
+        for v, e in m:
+            term *= vals[v] ** e
+        tot += term
+    return tot
 
 
 def _evaluate(poly: dict, laws, mode: str):
-    """Evaluate a polynomial at the parameters.  mode: 'exact' (sympy result) or 'float'."""
-    if not poly:
-        return sp.Integer(0) if mode == "exact" else 0.0
-    vars_ = {v for m in poly for v, _ in m}
+    """Evaluate a polynomial at the parameters. mode: 'exact' (a SymPy number or expression), 'value' (the exact
+    result as the nearest float, by Fractions: no SymPy for numeric parameters) or 'float' (floating point)."""
     raw = {}
-    for v in vars_:
+    for v in {v for m in poly for v, _ in m}:
         k, name = v
-        x, power = _raw_param(laws[k], name)
-        raw[v] = (x, power)
+        raw[v] = _raw_param(laws[k], name)
     if mode == "float":
-        vals = {v: float(x) ** p for v, (x, p) in raw.items()}
-        tot = 0.0
-        for m, c in poly.items():
-            term = float(c)
-            for v, e in m:
-                term *= vals[v] ** e
-            tot += term
-        return tot
+        return _float_sum(poly, raw)
     fr = {v: _as_fraction(x) for v, (x, _) in raw.items()}
     if all(f is not None for f in fr.values()):
         vals = {v: fr[v] ** raw[v][1] for v in raw}
@@ -388,24 +398,23 @@ def _evaluate(poly: dict, laws, mode: str):
             for v, e in m:
                 term *= vals[v] ** e
             tot += term
+        if mode == "value":
+            return float(tot)
+        import sympy as sp
         return sp.Rational(tot.numerator, tot.denominator)
     if all(fr[v] is not None or _is_float(raw[v][0]) for v in raw):
-        vals = {v: float(x) ** p for v, (x, p) in raw.items()}
-        tot = 0.0
-        for m, c in poly.items():
-            term = float(c)
-            for v, e in m:
-                term *= vals[v] ** e
-            tot += term
+        tot = _float_sum(poly, raw)
+        if mode == "value":
+            return tot
+        import sympy as sp
         return sp.Float(tot)
+    import sympy as sp
     vals = {v: sp.sympify(x) ** p for v, (x, p) in raw.items()}
-    terms = []
-    for m, c in poly.items():
-        terms.append(sp.Mul(sp.Integer(c), *[vals[v] ** e for v, e in m]))
-    return sp.Add(*terms)
+    expr = sp.Add(*(sp.Mul(sp.Integer(c), *[vals[v] ** e for v, e in m]) for m, c in poly.items()))
+    return float(expr) if mode == "value" else expr
 
 
-def free_moment(word, laws) -> sp.Expr:
+def free_moment(word, laws):
     """Exact d → ∞ limit of Tr(X_1 ⋯ X_w)/d for independent indices (docs/theory.md §7).
 
     ``word``: tuple of letters ``(k, op)``; ``laws``: sequence of law objects indexed by k.
@@ -413,6 +422,11 @@ def free_moment(word, laws) -> sp.Expr:
     parameters and a polynomial in the symbols for symbolic parameters.  Empty word → 1.
     """
     return _evaluate(free_moment_poly(tuple(word), laws), laws, "exact")
+
+
+def free_moment_value(word, laws) -> float:
+    """``float(free_moment(word, laws))``, bit for bit, without SymPy for numeric parameters."""
+    return _evaluate(free_moment_poly(tuple(word), laws), laws, "value")
 
 
 def free_moments(words: Iterable, laws) -> dict:
