@@ -52,11 +52,15 @@ def test_a_warm_theory_imports_no_sympy_and_reproduces_the_cold_run(name, tmp_pa
     ["direct_h2_L1_small"],                                                   # closed at M = 2, polynomial
     ["general_softmax_L2", "--set", "training.noise_ratio=0.2"],              # closed; quadrature Φ and ν
     ["tied_h2_L1_small", "--method", "moments", "--truncation", "4"],         # truncated, with its companion M = 2
-], ids=["direct", "general-noise", "tied-moments"])
-def test_a_warm_moment_hierarchy_imports_no_sympy_and_reproduces_the_cold_run(args, tmp_path):
-    """The moment hierarchy of a warm run is rebuilt from its plain record (``codegen.warm.SystemRecord``), its
-    companion truncation too: with SymPy made unimportable the process succeeds and writes the cold run's bytes;
-    its right-hand side is the same compiled module with the same quadrature orders and noise values."""
+    ["untied_h2_L1", "--size", "32"],                                         # slaved means: Φ's Hessian in m
+    ["untied_h2_L1", "--method", "moments"],
+    ["untied_h2_L1", "--fast"],
+], ids=["direct", "general-noise", "tied-moments", "untied", "untied-moments", "untied-fast"])
+def test_every_warm_method_imports_no_sympy_and_reproduces_the_cold_run(args, tmp_path):
+    """The system of a warm run is rebuilt from its plain record (``codegen.warm.SystemRecord``), a hierarchy's
+    companion truncation too, and an untied student's slaved means take Φ's exact Hessian in the means from the
+    module (``phi_mean_hessian``): with SymPy made unimportable the process succeeds and writes the cold run's bytes;
+    it runs the same compiled functions with the same quadrature orders and noise values."""
     cache = tmp_path / "cache"
     args = [*args, "--time", "0.2", "--points", "6", "--quiet"]
     cold = _theory([*args, "--out", tmp_path / "cold.csv"], cache)
@@ -64,6 +68,37 @@ def test_a_warm_moment_hierarchy_imports_no_sympy_and_reproduces_the_cold_run(ar
     warm = _theory([*args, "--out", tmp_path / "warm.csv"], cache, block=True)
     assert warm.returncode == 0, warm.stderr
     assert (tmp_path / "warm.csv").read_bytes() == (tmp_path / "cold.csv").read_bytes()
+
+
+@pytest.mark.parametrize("model", [{"tokens": 1, "activation": "h2"}, {"tokens": 1, "activation": "tanh"}],
+                         ids=["closed-form", "quadrature"])
+def test_the_compiled_mean_hessian_is_the_exact_one(model, tmp_path, monkeypatch):
+    """``phi_mean_hessian`` of an untied model's module (closed form printed; a quadrature term's μ_aᵀE[∇²f]μ_b as
+    twice its kernel's derivative along an added covariance direction, Price's theorem) against the Python
+    potential's exact ``mean_hessian`` (SymPy's second derivatives, the Python quadrature's E∇²f), to 1e-12; and
+    against central differences of the compiled gradient in the means (an independent route: agreement to the
+    O(h²) = 1e-8 of the difference, relative)."""
+    from symattn.derivation import derive
+    monkeypatch.setenv("SYMATTN_CACHE", str(tmp_path))
+    spec = load_spec({**load_spec("untied_h2_L1").raw, "model": model})
+    P = compiled_potential(spec)
+    ref = derive(spec, 2).potential
+    pos = [i for i, n in enumerate(ref.names) if n.startswith("m_")]
+    assert len(pos) == 2 and bool(ref.base_terms) == (model["activation"] == "tanh")
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        theta = np.abs(rng.standard_normal(len(ref.names))) * 0.3 + 0.1
+        theta[pos] = rng.standard_normal(2) * 0.5
+        H, want = P.mean_hessian(theta, pos), ref.mean_hessian(theta, pos)
+        assert np.max(np.abs(H - want)) <= 1e-12 * (1 + np.max(np.abs(want)))
+        assert np.allclose(P.mean_hessian(theta, pos[::-1]), H[::-1, ::-1], rtol=0, atol=0)   # any order of means
+        h, fd = 1e-4, np.zeros((2, 2))
+        for j, p in enumerate(pos):
+            up, down = theta.copy(), theta.copy()
+            up[p] += h
+            down[p] -= h
+            fd[:, j] = (P.value_and_gradient(up)[1][pos] - P.value_and_gradient(down)[1][pos]) / (2 * h)
+        assert np.max(np.abs(fd - H)) <= 1e-7 * (1 + np.max(np.abs(H)))
 
 
 def test_the_record_is_the_python_potential(tmp_path, monkeypatch):

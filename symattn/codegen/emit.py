@@ -315,6 +315,44 @@ def gradient_entries(potential, var="g") -> dict:
     return out
 
 
+MEAN_HESSIAN_QUAD = """    beta = law[1]
+    theta_x = np.concatenate((theta, np.zeros(${pairs})))
+    for data, kernels, (noise_power, beta_power) in zip(_mean_data(beta), _KERNELS["phi_and_grad"], _POWERS):
+        f, g = kernels[0](theta_x, data)
+        if f != f and len(kernels) > 1:           # ill-conditioned Σ_y: the Hessian route, as in phi_and_grad
+            f, g = kernels[1](theta_x, data)
+        g = 2.0 * law[0] ** noise_power * beta ** beta_power * g[theta.shape[0]:]
+        c = 0
+        for i in range(${n}):
+            for j in range(i, ${n}):
+                H[i, j] += g[c]
+                if j != i:
+                    H[j, i] += g[c]
+                c += 1
+"""
+
+
+def mean_hessian_code(P) -> str:
+    """``phi_mean_hessian(theta, law)``: the exact ∂²Φ/∂m_a∂m_b over every mean of Φ (``Potential.mean_hessian``) —
+    the closed form's second derivatives printed, each quadrature term's μ_aᵀE[∇²f]μ_b by its own kernels
+    (``quadrature_rule.mean_term_data``); "" when Φ has no mean."""
+    pos = [int(p) for p in P.split_plan()[1]]
+    if not pos:
+        return ""
+    syms, n = P.symbols, len(pos)
+    means = [syms[p] for p in pos]
+    closed = _expr_code([sp.diff(P.closed_form, a, b) for a in means for b in means],
+                        list(syms) + [LABEL_NOISE, BETA], "_mean_hessian_closed", arg_name="t", out_len=n * n)
+    quad = bool(P.base_terms)
+    powers = tuple((t.noise_power, t.beta_power) for t in P.base_terms)
+    return template("mean_hessian.py.tmpl").substitute(
+        mean_params=repr(pos), closed=closed, n=n, jit="" if quad else "@njit(cache=True)\n",
+        quad_helpers=template("mean_hessian_quad.py.tmpl").substitute(powers=repr(powers)) if quad else "",
+        quad_doc=", plus per quadrature term w·μ_aᵀE[∇²f]μ_b (twice its kernel's derivative along the covariance "
+                 "direction (μ_aμ_bᵀ + μ_bμ_aᵀ)/2, Price's theorem)" if quad else "",
+        quad=string.Template(MEAN_HESSIAN_QUAD).substitute(pairs=n * (n + 1) // 2, n=n) if quad else "")
+
+
 FILL_HEAD = '''
 @njit(cache=True)
 def _fill_coefficients(mu, theta, g, params):
@@ -362,6 +400,9 @@ def module_source(system, kind: str, coefficient_lines: list, theta: str = "mu[T
         c, q = expectation_code(E, fname, tag, gradient=False, kernels=kernels)
         blocks.append(c)
         quadrature |= q
+    hessian = mean_hessian_code(P)
+    if hessian:
+        blocks.append(hessian)
     if kernels:
         blocks.insert(0, KERNELS_BEGIN + "\n" + "\n\n".join(text for _, text in kernels.values()) + KERNELS_END)
     if quadrature:

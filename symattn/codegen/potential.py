@@ -142,6 +142,8 @@ class CompiledPotential(_Compiled):
         self._law = np.array([self.label_noise, self.beta])
         self._limits = [limit.scaled(self.beta) for limit in record.phi.limits]
         self._phi_and_grad, self._system, self._derive = module.phi_and_grad, None, system
+        self._mean_hessian = getattr(module, "phi_mean_hessian", None)
+        self._mean_index = {int(p): i for i, p in enumerate(getattr(module, "MEAN_PARAMS", ()))}
         orders = record.orders_at(spec) or {}
         self.order = orders.get("phi_and_grad")
         # the module serves every state of its structure, its orders are set per β: each evaluation sets this
@@ -175,6 +177,18 @@ class CompiledPotential(_Compiled):
 
     def value(self, values) -> float:
         return self.value_and_gradient(values)[0]
+
+    def mean_hessian(self, values, positions) -> np.ndarray:
+        """∂²Φ/∂θ_a∂θ_b over ``positions`` (means m_k), exact, by the module's ``phi_mean_hessian``
+        (``Potential.mean_hessian``: the slaved means' Newton step and velocity, docs/theory.md §6)."""
+        th = theta_of(self.names, values)
+        if self._mean_hessian is None or any(int(p) not in self._mean_index for p in positions):
+            return self._fallback().mean_hessian(th, positions)
+        if self.has_quadrature:
+            self.check_existence(th)
+            self._own()
+        idx = [self._mean_index[int(p)] for p in positions]
+        return np.asarray(self._mean_hessian(th, self._law), dtype=float)[np.ix_(idx, idx)]
 
     def split_gradients(self, grads) -> tuple:
         return self.split.matrices(grads)

@@ -9,6 +9,7 @@ from ..symbolic.quadrature_rule import (  # noqa: F401
     exp_table,
     finish,
     jacobi,
+    mean_term_data,
     node_map,
     node_map_conditioned,
     pack,

@@ -59,6 +59,27 @@ def term_data(terms, orders, beta: float) -> tuple:
     return tuple(out)
 
 
+def mean_term_data(terms, orders, beta: float, positions) -> tuple:
+    """``term_data`` with the parameters extended by one per pair a ≤ b of ``positions`` (the means m_k: they shift μ
+    only), whose ∂μ is 0 and ∂Σ = (μ_a μ_bᵀ + μ_b μ_aᵀ)/2 with μ_a = ∂μ/∂θ_a: at those parameters 0 a kernel computes
+    the term's usual expectation, and its derivative along pair (a, b) is ½ μ_aᵀ E[∇²f] μ_b (Price's theorem) — so
+    twice it is the exact ∂²E f/∂m_a∂m_b, from the same compiled kernels and E∇²f as the gradient
+    (``QuadTerm.mean_hessian``, docs/theory.md §6)."""
+    pos = [int(p) for p in positions]
+    pairs = [(pos[i], pos[j]) for i in range(len(pos)) for j in range(i, len(pos))]
+    out = []
+    for (P, mu0, mut, cov0, covt, cap, hw), order in zip(terms, orders):
+        if np.any(covt[pos]):
+            raise ValueError("mean_term_data: a parameter in positions moves the covariance")
+        nv = mut.shape[1]
+        extra = np.array([0.5 * (np.outer(mut[a], mut[b]) + np.outer(mut[b], mut[a])) for a, b in pairs])
+        mut_x = np.concatenate([mut, np.zeros((len(pairs), nv))])
+        covt_x = np.concatenate([covt, extra.reshape(len(pairs), nv, nv)])
+        n, kind = rule_for(order, cap)
+        out.append(pack(P, *scaled_law(beta, mu0, mut_x, cov0, covt_x), rule_1d(n, hw, kind)))
+    return tuple(out)
+
+
 def scaled_law(beta: float, mu0, mut, cov0, covt) -> tuple:
     """The affine law of G scaled to that of βG: (βμ0, β∂μ/∂θ, β²Σ0, β²∂Σ/∂θ)."""
     b2 = beta * beta
