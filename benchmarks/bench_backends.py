@@ -3,7 +3,7 @@
 The README example (tied softmax L = 2, κ = 1, teacher κ* = 0.5, B = 512) at d = 200, 400, 800.
 One timed unit is an SGD step of every seed including drawing its batch (what ``simulate`` does
 between measurements). NumPy runs one seed per process (its contract), so its figure is per seed;
-torch runs ``--seeds`` seeds in one batched step. GFLOP/s counts the matmul flops of the step
+torch runs ``--seeds`` seeds in one batched step. Samples/s: steps/s × seeds served × the batch size B. GFLOP/s counts the matmul flops of the step
 (``simulate.run.estimate``) times the seeds served. Each configuration is warmed up for two steps.
 
     python benchmarks/bench_backends.py [--dims 200 400 800] [--steps N] [--seeds S] [--threads T]
@@ -61,6 +61,7 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--seeds", type=int, default=4, help="seeds batched by the torch backend")
     ap.add_argument("--threads", type=int, default=1, help="BLAS / torch CPU threads")
+    ap.add_argument("--no-numpy", action="store_true", help="only the torch backend (the device run)")
     args = ap.parse_args()
     spec = load_spec(args.spec)
     rows = []
@@ -75,18 +76,19 @@ def main():
         for d in args.dims:
             flop = estimate(spec, d)["flop_per_step"]
             for dtype in ("float64", "float32"):
-                sps, s = bench_numpy(spec, d, dtype, args.steps)
-                rows.append(("numpy", "CPU", dtype, d, sps, s, sps * s * flop / 1e9))
+                if not args.no_numpy:
+                    sps, s = bench_numpy(spec, d, dtype, args.steps)
+                    rows.append(("numpy", "CPU", dtype, d, sps, s, sps * s * flop / 1e9))
                 for dev in devices:
                     n = args.steps * (20 if dev == "cuda" else 1)
                     sps, s = bench_torch(spec, d, dtype, n, args.seeds, dev)
                     rows.append(("torch", name[dev], dtype, d, sps, s, sps * s * flop / 1e9))
-                print(*[f"{r}" for r in rows[-1 - len(devices)]], flush=True)
+                print(*[f"{r}" for r in rows[-1]], flush=True)
     print(f"\n{args.spec}, B = {spec.batch_size}, {args.threads} CPU thread(s)\n")
-    print("| backend | device | dtype | d | steps/s | seeds per step | GFLOP/s |")
-    print("|---|---|---|---|---|---|---|")
+    print("| backend | device | dtype | d | steps/s | seeds per step | samples/s | GFLOP/s |")
+    print("|---|---|---|---|---|---|---|---|")
     for b, dev, dt, d, sps, s, gf in rows:
-        print(f"| {b} | {dev} | {dt} | {d} | {sps:.3g} | {s} | {gf:.3g} |")
+        print(f"| {b} | {dev} | {dt} | {d} | {sps:.3g} | {s} | {sps * s * spec.batch_size:.3g} | {gf:.3g} |")
 
 
 if __name__ == "__main__":

@@ -63,8 +63,11 @@ def main():
     table = {"time": res.table["time"], "overlap": ov.mean(axis=0),
              "overlap_sem": ov.std(axis=0, ddof=1) / np.sqrt(args.seeds) if args.seeds > 1 else 0 * ov[0]}
     write_csv({**res.table, **table}, out / "simulation.csv")
+    steps = res.info["steps_total"]
     print(f"{args.seeds} seeds, d = {args.dim}, B = 4096, ε = 0.002, {args.activation}, {args.dtype} on "
-          f"{args.device}: {res.info['steps_total']} steps to τ = {args.time} in {wall:.1f} s")
+          f"{args.device}: {steps} steps to τ = {args.time} in {wall:.1f} s — {steps * args.seeds * 4096 / wall:.4g} "
+          f"samples/s ({steps * args.seeds / wall:.4g} seed-steps/s; the wall time includes the start and the "
+          f"recordings)")
     print("time      overlap (mean ± SEM)")
     for t, m, s in zip(table["time"], table["overlap"], table["overlap_sem"]):
         print(f"{t:8.4f}  {m:.4f} ± {s:.4f}")
