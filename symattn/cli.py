@@ -177,7 +177,7 @@ def _finite_d_potential(spec, args, P):
     from .derivation.finite_d import FiniteDPotential, dense_matrices
     from .initial import draw_initial
     from .measure import order_parameters
-    F = FiniteDPotential(spec)
+    F = FiniteDPotential.stored(spec)
     states = draw_initial(spec, args.dim, args.seed)
     mats = dense_matrices(spec, states)
     exact = F.value(mats)

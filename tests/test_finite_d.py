@@ -203,3 +203,19 @@ def test_limit_potential_is_the_large_d_limit_of_the_exact_loss(src):
     (a, sa), (b, sb) = scaled[200], scaled[400]
     assert abs(a - b) <= 4 * np.hypot(sa, sb) + 1e-3 * abs(a), scaled
     assert abs(b) > 10 * sb                           # a resolved 1/d term, not noise around 0
+
+
+def test_the_stored_polynomial_is_the_derived_one(tmp_path, monkeypatch):
+    """``FiniteDPotential.stored`` (a warm ``--exact-finite-d`` reads the polynomial from the store, no SymPy —
+    ``tests/test_warm.py``): the first call derives and stores, the second loads the same terms; the label-noise
+    variance, which the polynomial bakes in, is part of its key (two variances: two polynomials, each with its own
+    s² term), the initial laws are not."""
+    monkeypatch.setenv("SYMATTN_CACHE", str(tmp_path))
+    quiet, noisy = _spec(noise=0.0), _spec(noise=0.3)
+    for spec in (quiet, noisy):
+        fresh = FiniteDPotential(spec)
+        first, again = FiniteDPotential.stored(spec), FiniteDPotential.stored(spec)
+        assert first.terms == fresh.terms and again.terms == fresh.terms and again.spec is spec
+    assert FiniteDPotential.stored(quiet).terms != FiniteDPotential.stored(noisy).terms
+    assert FiniteDPotential.stored(_spec(noise=0.3, sigma=1.1)).terms == FiniteDPotential(noisy).terms
+    assert len(list(tmp_path.rglob("f_*.pkl"))) == 2

@@ -55,11 +55,13 @@ def test_a_warm_theory_imports_no_sympy_and_reproduces_the_cold_run(name, tmp_pa
     ["untied_h2_L1", "--size", "32"],                                         # slaved means: Φ's Hessian in m
     ["untied_h2_L1", "--method", "moments"],
     ["untied_h2_L1", "--fast"],
-], ids=["direct", "general-noise", "tied-moments", "untied", "untied-moments", "untied-fast"])
+    ["tied_h2_L1_small", "--exact-finite-d", "--dim", "40"],                  # the finite-d polynomial, stored
+], ids=["direct", "general-noise", "tied-moments", "untied", "untied-moments", "untied-fast", "finite-d"])
 def test_every_warm_method_imports_no_sympy_and_reproduces_the_cold_run(args, tmp_path):
     """The system of a warm run is rebuilt from its plain record (``codegen.warm.SystemRecord``), a hierarchy's
-    companion truncation too, and an untied student's slaved means take Φ's exact Hessian in the means from the
-    module (``phi_mean_hessian``): with SymPy made unimportable the process succeeds and writes the cold run's bytes;
+    companion truncation too, an untied student's slaved means take Φ's exact Hessian in the means from the
+    module (``phi_mean_hessian``), and the exact finite-d flow reads its polynomial from the store
+    (``FiniteDPotential.stored``): with SymPy made unimportable the process succeeds and writes the cold run's bytes;
     it runs the same compiled functions with the same quadrature orders and noise values."""
     cache = tmp_path / "cache"
     args = [*args, "--time", "0.2", "--points", "6", "--quiet"]

@@ -26,14 +26,16 @@ from __future__ import annotations
 import math
 from functools import cached_property
 from itertools import combinations
+from typing import TYPE_CHECKING
 
 import numpy as np
-import sympy as sp
 
 from ..errors import SpecError, UsageError
 from ..spec import require_spec
 
-D = sp.Symbol("d", positive=True)
+if TYPE_CHECKING:
+    import sympy as sp
+
 MEAN = 2            # the letter (k, MEAN): m_k = Tr S_k/√d of an uncentred index, not a trace
 
 
@@ -49,6 +51,8 @@ class FiniteDPotential:
     """Φ_d = E_x 𝓛 exactly at finite d for a loss polynomial in G (module docstring)."""
 
     def __init__(self, spec):
+        import sympy as sp
+
         from ..symbolic.gaussian import GaussianG, OrderParameters, integrate_label_noise
         from ..symbolic.loss import build_loss
         self.spec = spec = require_spec(spec, "FiniteD")
@@ -83,6 +87,25 @@ class FiniteDPotential:
         else:
             self.terms[(0, ())] = float(expr)
         self.terms = self._with_means({k: v for k, v in self.terms.items() if abs(v) > 1e-14 * (1 + abs(v))})
+
+    PLAIN = ("C", "symmetric", "centred", "terms")     # what the store keeps: the polynomial in the traces
+
+    @classmethod
+    def stored(cls, spec) -> FiniteDPotential:
+        """``FiniteDPotential(spec)`` from the per-user derivation store where it was derived before (its plain
+        polynomial in the traces: a warm ``--exact-finite-d`` imports no SymPy), else derived and stored."""
+        from . import store
+        spec = require_spec(spec, "FiniteD")
+        key = store.finite_d_key(spec)
+        data = store.load_record(key, "f")
+        if isinstance(data, dict) and set(data) == set(cls.PLAIN):
+            self = cls.__new__(cls)
+            self.spec, self._cache = spec, {}
+            self.__dict__.update(data)
+            return self
+        self = cls(spec)
+        store.save_record(key, {name: getattr(self, name) for name in cls.PLAIN}, "f")
+        return self
 
     def _with_means(self, terms: dict) -> dict:
         """An uncentred index's Tr S_k/d = m_k/√d (m_k = Tr S_k/√d, O(1) in the limit, the ``m_`` column):
@@ -181,10 +204,13 @@ class FiniteDPotential:
         return "·".join(names[k] + ("ᵀ" if t else "") for k, t in w)
 
     def symbol(self, w: tuple) -> sp.Symbol:
+        import sympy as sp
         return sp.Symbol(self.word_name(w) if w[0][1] == MEAN else f"tr({self.word_name(w)})")
 
     def expression(self) -> sp.Expr:
         """Φ_d as a SymPy polynomial in the normalised traces tr(w) and 1/d (symbol ``d``)."""
+        import sympy as sp
+        D = sp.Symbol("d", positive=True)
         out = sp.Integer(0)
         for (p, words), c in self.terms.items():
             out += sp.nsimplify(c, rational=True) * D ** sp.Rational(p, 2) * sp.Mul(*[self.symbol(w) for w in words])
@@ -267,7 +293,7 @@ def solve_finite_d(spec, dim: int, time: float = 1.0, points: int = 51, seed: in
     spec = require_spec(spec, "solve_finite_d")
     if int(dim) < 2:
         raise UsageError(f"--dim {dim}: the exact finite-d flow needs d >= 2")
-    P = potential or FiniteDPotential(spec)
+    P = potential or FiniteDPotential.stored(spec)
     states = draw_initial(spec, int(dim), int(seed))
     train = list(spec.students)
     names = [[f for f in spec.indices[k].kind.factors] for k in train]

@@ -118,11 +118,20 @@ def save(system) -> bool:
     return k is not None and _write(_path(k), system)
 
 
-def load_record(k: str):
-    """The plain record of the system of key k (``codegen.warm.SystemRecord``: ``r_<key>.pkl``, no SymPy object,
-    so loading it imports no SymPy), or None."""
-    return _read(_path(k, "r"))
+def load_record(k: str, prefix: str = "r"):
+    """The plain record of key k (``r_<key>.pkl``: a system's ``codegen.warm.SystemRecord``; ``f_<key>.pkl``: the
+    exact finite-d polynomial, ``finite_d_key``) — no SymPy object, so loading it imports no SymPy — or None."""
+    return _read(_path(k, prefix))
 
 
-def save_record(k: str, record) -> bool:
-    return _write(_path(k, "r"), record)
+def save_record(k: str, record, prefix: str = "r") -> bool:
+    return _write(_path(k, prefix), record)
+
+
+def finite_d_key(spec) -> str:
+    """What the exact finite-d polynomial (``derivation.finite_d``) depends on, hashed: the structure, the
+    label-noise variance and β (it bakes them in), the code and SymPy's version."""
+    text = json.dumps({"finite_d": spec.structure, "label_noise": spec.label_noise_variance,
+                       "beta": spec.inverse_temperature, "code": code_digest(), "sympy": sympy_version()},
+                      sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
