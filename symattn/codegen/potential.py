@@ -8,10 +8,11 @@ returns a :class:`CompiledPotential`: those evaluations by the module of the spe
 the full-matrix split of the gradient, the existence checks, the quadrature orders of the spec's state — from
 a :class:`PotentialRecord`, plain data kept with the system's record in the per-user derivation store
 (``codegen.warm``, ``derivation.store``). So a second run of a model neither derives (SymPy) nor compiles (Numba),
-and a warm one does not even import SymPy: it loads the record and the module. The moment hierarchies integrate
-a system whose potential is this one too (``codegen.warm.runnable``). The split and the checks are the Python potential's own objects
-(``derivation.split``), so the two agree to the quadrature's round-off (``tests/test_spectral.py``,
-``tests/test_warm.py``).
+and a warm one does not even import SymPy: it loads the record and the module. The moment hierarchies integrate a
+system whose potential is this one too (``codegen.warm.runnable``), and an untied student's slaved means take Φ's
+exact Hessian in the means from it (the module's ``phi_mean_hessian``). The split and the checks are the Python
+potential's own objects (``derivation.split``), so the two agree to the quadrature's round-off
+(``tests/test_spectral.py``, ``tests/test_warm.py``).
 """
 from __future__ import annotations
 
@@ -67,9 +68,10 @@ class ExpectationRecord:
 
 class PotentialRecord:
     """The compiled potential of a derived system as plain data — no SymPy object, so a warm run loads it without
-    importing SymPy (part of ``codegen.warm.SystemRecord``, tol the quadrature tolerance): Φ's ``ExpectationRecord``, the order parameters' names
-    (``NamedParameters``), the gradient split (``split.GradientSplit``), each ν's ``ExpectationRecord``, the
-    generated module's source and the quadrature orders calibrated so far, per (β, initial laws)."""
+    importing SymPy (part of ``codegen.warm.SystemRecord``): Φ's ``ExpectationRecord`` and quadrature tolerance, the
+    order parameters' names (``NamedParameters``), the gradient split (``split.GradientSplit``), each ν's
+    ``ExpectationRecord``, the generated module's source and the quadrature orders calibrated so far, per
+    (β, initial laws)."""
 
     def __init__(self, system):
         P = system.potential
@@ -130,9 +132,10 @@ class CompiledExpectation(_Compiled):
 
 class CompiledPotential(_Compiled):
     """Φ, ∇Φ (``phi_and_grad``) and ν (``nu``: name → ``CompiledExpectation``) of a spec by its generated module,
-    with the names, the gradient split and the existence checks of its ``PotentialRecord``: all the matrix-level
-    flow reads. Anything else (calibration, the Hessian in the means, the symbols) is the Python potential's
-    (``system()``: the derived system, loaded on first use — a warm run of a tied model never needs it)."""
+    with the names, the gradient split and the existence checks of its ``PotentialRecord``, and Φ's Hessian in the
+    means (``phi_mean_hessian``): all the matrix-level flow and the hierarchies read. Anything else (calibration,
+    the symbols) is the Python potential's (``system()``: the derived system, loaded on first use — a warm run never
+    needs it)."""
 
     def __init__(self, record: PotentialRecord, module, spec, system):
         self.spec, self.names, self.op, self.split = spec, record.phi.names, record.op, record.split

@@ -6,8 +6,8 @@ coefficient rules and columns, and evaluates Φ, ∇Φ and ν by the generated m
 ``PotentialRecord`` (module source, names, gradient split, existence limits, quadrature orders per state) —
 beside the pickled derivation in the per-user store (``derivation.store``, ``r_<key>.pkl``), so it loads
 without importing SymPy. :func:`runnable` gives the system of (spec, M): warm, a ``System`` rebuilt from the
-record whose potential and ν are the module's (``CompiledPotential``; the symbolic parts — the equations, the
-NumPy reference's Hessians, a calibration at another state — load from the derivation on first use); cold, the
+record whose potential and ν are the module's (``CompiledPotential``: Φ, ∇Φ, ν and Φ's Hessian in the means; the
+symbolic parts — the equations, a calibration at another state — load from the derivation on first use); cold, the
 same from the system just derived (or loaded from the store of derivations), compiled and calibrated, its record
 then stored. So warm and cold runs compute the same numbers with the same module functions and orders
 (``tests/test_warm.py``).

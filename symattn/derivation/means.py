@@ -4,8 +4,9 @@ On the slow time the trainable means sit on ∂Φ/∂m_k = 0 at the current mome
 through the fast phase dm_k/dt = −D_k ∂Φ/∂m_k (t = nα, moments frozen, D_k = t^A_k + t^B_k).
 The Newton solver and the mean velocity are written once, in ``slaved_means.py.tmpl``: the
 generated module compiles that text (with its own ∂Φ/∂m and Jacobian), and this module runs it with
-the exact gradient and Hessian ∂²Φ/∂m² of ``Potential`` — for the NumPy reference backend
-(``symattn.derivation.state``) and the matrix-level solver (``symattn.spectral``).
+the exact gradient and Hessian ∂²Φ/∂m² of the potential it is given (``Potential``, or the compiled one's
+``phi_mean_hessian``, ``codegen.potential``) — for the NumPy reference backend (``symattn.derivation.state``),
+the hierarchies' initial state and observables, and the matrix-level solver (``symattn.spectral``).
 """
 from __future__ import annotations
 
