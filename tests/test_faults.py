@@ -178,8 +178,9 @@ def work(monkeypatch):
     from symattn import derivation
     from symattn.derivation import potential as pot
     from symattn.simulation import sgd
+    from symattn.symbolic import calibration
     spy(pot.GaussianExpectation, "__init__", "expectation")
-    spy(pot, "adaptive_orders", "quadrature")
+    spy(calibration, "adaptive_orders", "quadrature")
     spy(derivation, "derive", "derivation")
     spy(sgd.Model, "step", "sgd")
     return started

@@ -54,10 +54,10 @@ def work(monkeypatch):
         orig = getattr(owner, attr)
         monkeypatch.setattr(owner, attr, lambda *a, **k: started.append(label) or orig(*a, **k))
     from symattn import derivation
-    from symattn.derivation import potential as pot
     from symattn.simulation import sgd
     from symattn.spectral.field import Flow
-    spy(pot, "adaptive_orders", "quadrature")
+    from symattn.symbolic import calibration
+    spy(calibration, "adaptive_orders", "quadrature")
     spy(derivation, "derive", "derivation")
     spy(sgd.Model, "step", "sgd")
     spy(Flow, "__init__", "flow")

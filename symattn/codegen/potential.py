@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..derivation.split import growth_limits, theta_of
+from ..symbolic.calibration import Calibrated, TermRecord
 
 MIN_TRUNCATION = 2          # the smallest hierarchy every kind derives; its module holds Φ, ∇Φ and ν
 
@@ -58,12 +59,44 @@ class NamedParameters:
 
 class ExpectationRecord:
     """What evaluating one expectation by its compiled function needs besides the function: its θ names, whether
-    it has quadrature terms, and where those exist (``split.GrowthLimit`` at β = 1)."""
+    it has quadrature terms, and where those exist (``split.GrowthLimit`` at β = 1); and what calibrating its orders
+    at a new state needs (``RecordCalibration``): the terms' ``calibration.TermRecord``, the tolerance, the start
+    order and whether the tolerance is relative."""
 
     def __init__(self, E):
         self.names = tuple(E.names)
         self.has_quadrature = bool(E.base_terms)
         self.limits = growth_limits(E.base_terms)
+        self.terms = [TermRecord(t) for t in E.base_terms]
+        self.tol, self.start_order, self.relative = E.tol, E.start_order, E.relative
+
+
+class RecordCalibration(Calibrated):
+    """The calibration (``symbolic.calibration.Calibrated``) of one expectation of a record at a new state, by the
+    generated module's compiled kernels (``codegen.systems.compiled_terms``) — the same steps, evaluations and so
+    orders as the derived expectation's calibration by those kernels, without SymPy."""
+
+    def __init__(self, record: ExpectationRecord, module, name: str, law):
+        from .systems import compiled_terms
+        self.quad_terms, self.names = record.terms, record.names
+        self.tol, self.start_order, self.relative = record.tol, record.start_order, record.relative
+        self._limits = [limit.scaled(law[1]) for limit in record.limits]
+        self._term_values = compiled_terms(module, name, law[1])
+        self._module, self._name, self._law = module, name, law
+        self.order, self.error = None, 0.0
+
+    def theta(self, values) -> np.ndarray:
+        return theta_of(self.names, values)
+
+    def check_existence(self, theta) -> None:
+        for limit in self._limits:
+            limit.check(theta)
+
+    def value_at_order(self, values) -> float:
+        """The expectation at θ with the orders just calibrated (the module's function, those orders set)."""
+        self._module.set_orders(self._law[1], {self._name: self.order})
+        out = getattr(self._module, self._name)(self.theta(values), self._law)
+        return float(out[0] if isinstance(out, tuple) else out)
 
 
 class PotentialRecord:

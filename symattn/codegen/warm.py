@@ -14,6 +14,8 @@ then stored. So warm and cold runs compute the same numbers with the same module
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ..derivation.system import System
 from .potential import CompiledPotential, PotentialRecord
 
@@ -28,6 +30,20 @@ class SystemRecord:
         self.theta_words, self.columns = system.theta_words, system.columns
         self.mean_indices, self.supports_noise = list(system.mean_indices), system.supports_noise
         self.potential = PotentialRecord(system)
+
+    def calibrate(self, spec, module) -> dict:
+        """{expectation: orders} of the quadrature terms calibrated at the spec's β and free initial state (means 0)
+        by the module's compiled kernels (``codegen.potential.RecordCalibration``) — the orders
+        ``codegen.systems.calibrated_orders`` gives the derived system there, without it."""
+        from ..initial import free_moments
+        from .potential import RecordCalibration
+        P = self.potential
+        law = np.array([spec.label_noise_variance, spec.inverse_temperature])
+        y0 = np.zeros(len(self.words) + len(self.mean_indices))
+        y0[:len(self.words)] = free_moments(spec, self.words)
+        theta0 = y0[self.theta_words]
+        quad = {name: E for name, E in {"phi_and_grad": P.phi, **P.nu}.items() if E.has_quadrature}
+        return {name: RecordCalibration(E, module, name, law).calibrate(theta0)[0] for name, E in quad.items()}
 
     def system(self, spec, module, derived) -> System:
         """The runnable system at ``spec``'s state: Φ and ν by ``module`` with this record's orders for that state;
@@ -57,8 +73,12 @@ def runnable(spec, truncation: int | None = None, tol: float = 1e-8, build=None)
     build = build or (lambda: derive(spec, M, tol=tol))
     key = store.key(spec, M, tol)
     record = store.load_record(key)
-    if isinstance(record, SystemRecord) and record.potential.orders_at(spec) is not None:
-        return record.system(spec, cached_module(record.potential.source), build)
+    if isinstance(record, SystemRecord):
+        module = cached_module(record.potential.source)
+        if record.potential.orders_at(spec) is None:                 # a new state: calibrate it here
+            record.potential.orders[(spec.inverse_temperature, spec.initial_laws)] = record.calibrate(spec, module)
+            store.save_record(key, record)
+        return record.system(spec, module, build)
     from .systems import compiled
     system = build()
     module = compiled(system)

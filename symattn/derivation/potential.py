@@ -12,7 +12,6 @@ off-diagonal entry is half the derivative in the single symmetric variable. For 
 from __future__ import annotations
 
 import copy
-import warnings
 from contextlib import contextmanager
 from functools import cached_property
 
@@ -21,13 +20,13 @@ import sympy as sp
 
 from ..errors import SpecError
 from ..spec import Spec, load_spec, require_spec
+from ..symbolic.calibration import Calibrated
 from ..symbolic.gaussian import BETA, LABEL_NOISE, GaussianG, OrderParameters, integrate_label_noise
 from ..symbolic.loss import beta_of, build_loss
 from ..symbolic.quadrature import (
     MAX_NODES,
     QuadTerm,
     SeparableTerm,
-    adaptive_orders,
     canonical_basis,
     half_width_for,
     invariant_projection,
@@ -36,10 +35,6 @@ from ..symbolic.quadrature import (
 )
 from ..transient import PicklesWithoutCaches
 from .split import Gradients, GradientSplit, growth_limits, theta_of
-
-DIVERGED = 1e-2     # a quadrature still changing by this much (relative) at its node cap has no limit
-TAIL_EXTRA = 2.0    # the tail check widens the window by this many standard deviations
-TAIL_ORDER = 17     # ... at this many nodes per dimension (the coarse start of the calibration)
 
 
 def beta_homogeneous(h, variables):
@@ -74,7 +69,7 @@ def at_beta(expectations, beta: float):
                 E.__dict__["_beta"] = b
 
 
-class GaussianExpectation(PicklesWithoutCaches):
+class GaussianExpectation(Calibrated, PicklesWithoutCaches):
     """E[f(G, ξ)] over the Gaussian law of docs/theory.md §2 as a function of the order parameters θ.
 
     ``terms`` sum to f; polynomial ones are integrated exactly (Wick), the others are grouped by
@@ -274,29 +269,6 @@ class GaussianExpectation(PicklesWithoutCaches):
         """Whether Φ (or this ν) has terms integrated by quadrature (their orders are calibrated per state)."""
         return bool(self.base_terms)
 
-    def calibrate(self, values, tol: float | None = None):
-        """Choose each quadrature term's order at θ so that Φ and ∇Φ change by < tol between orders
-        (``self.order``: the orders, one per term in ``quad_terms`` order)."""
-        if self.quad_terms:
-            self.check_existence(self.theta(values))
-            from ..progress import note
-            note(f"calibrating the Gaussian quadrature of {len(self.quad_terms)} non-polynomial term(s) "
-                 f"to {tol or self.tol:.0e}")
-            self.order, self.error = adaptive_orders(self.quad_terms, self.theta(values), tol or self.tol,
-                                                    start=self.start_order, relative=self.relative,
-                                                    evaluate=self._term_values)
-            scale = max(1.0, abs(self.value_at_order(values)))
-            if not self.error <= DIVERGED * scale:
-                from ..errors import NumericalFailure
-                raise NumericalFailure(f"the Gaussian quadrature of Φ does not converge (change between orders "
-                                       f"{self.error:.1e} at {max(self.order)} nodes per dimension): the loss is "
-                                       f"probably singular on the real line")
-            self._check_tails(self.theta(values))
-            if not self.error <= (tol or self.tol) * 10:
-                warnings.warn(f"quadrature reached only ~{self.error:.1e} (asked {tol or self.tol:.0e}) at "
-                              f"{max(self.order)} nodes per dimension: the node cap was hit", RuntimeWarning, stacklevel=2)
-        return self.order, self.error
-
     @property
     def _growth_limits(self) -> list:
         """The ``split.GrowthLimit`` of each quadrature term at β whose expectation exists only below a variance
@@ -313,31 +285,6 @@ class GaussianExpectation(PicklesWithoutCaches):
         grows faster than any Gaussian). A few multiply-adds per term with such growth; nothing otherwise."""
         for limit in self._growth_limits:
             limit.check(theta)
-
-    def _check_tails(self, theta):
-        """Raise NumericalFailure naming the first quadrature term whose expectation the rule's window
-        |z| ≤ half-width does not hold: the coarse rule (TAIL_ORDER nodes per dimension) extended by nodes of
-        the same spacing to a window ≥ TAIL_EXTRA wider — the same nodes inside, so that only the tail
-        differs — changes the term by more than DIVERGED of its value (10·tol where the expectation is only
-        wanted to a coarser tolerance tol, as ν to 2e-2: a kinked ν integrand moves by ≈ 2 % there). A convergent Gaussian expectation leaves
-        ≈ 1e-9 beyond the window; an integrand growing as fast as the Gaussian decays (exp(a z²), a ≥ ½ in
-        whitened units: the expectation does not exist) or a window too narrow for the law changes by O(1)."""
-        for i, t in enumerate(self.quad_terms):
-            n, kind = t.rule(TAIL_ORDER)
-            if kind != "trapezoid":
-                continue
-            h = 2.0 * t.half_width / (n - 1)
-            k = int(np.ceil(TAIL_EXTRA / h))
-            wide = t.half_width + k * h
-            with np.errstate(all="ignore"):
-                inner = self._term_values(i, theta, (n, kind))[0]
-                outer = self._term_values(i, theta, (n + 2 * k, kind), half_width=wide)[0]
-            if not abs(outer - inner) <= max(DIVERGED, 10 * self.tol) * max(1.0, abs(inner)):
-                from ..errors import NumericalFailure
-                raise NumericalFailure(
-                    f"the Gaussian expectation of the term {sp.sstr(t.expr)} does not exist here (or not within "
-                    f"|z| ≤ {t.half_width:.3g} of its law): widening the window to {wide:.3g} changes "
-                    f"it from {inner:.3g} to {outer:.3g}; the integrand grows as fast as the Gaussian decays")
 
     def _term_values(self, i: int, theta, rule, half_width: float | None = None) -> tuple:
         """(E f, ∂E f/∂θ) of ``quad_terms[i]`` on the rule (n, kind), on a window of ``half_width`` if given:

@@ -236,6 +236,11 @@ class QuadTerm(PicklesWithoutCaches):
         """(nodes per dimension, kind) used for a requested order (capped)."""
         return rule_for(order, self.cap)
 
+    @property
+    def text(self) -> str:
+        """The integrand as text (the calibration's messages, ``calibration.TermRecord``)."""
+        return sp.sstr(self.expr)
+
     def evaluate(self, theta: np.ndarray, order: int, rule=None):
         """(E f, ∂E f/∂θ) with the tensor rule of a common order (or an explicit (n, kind))."""
         Ef, Eg, EH = self._expectations(theta, order, rule)
@@ -282,71 +287,6 @@ class QuadTerm(PicklesWithoutCaches):
         else:
             EH = (w @ np.stack(vals[1 + n:], axis=1)).reshape(n, n)
         return Ef, Eg, EH
-
-
-def adaptive_orders(terms, theta, tol, start=17, relative=False, evaluate=None):
-    """Per-term orders: each term's order (nodes per dimension) is grown by ~1.3× from ``start`` until its
-    (E f, ∇E f) changes by less than its share of the tolerance, tol·scale/len(terms), where scale is
-    max |(Φ, ∇Φ)| (``relative``) or max(1, that). A term held at its node cap stops there; a Gauss–Hermite
-    term (too many dimensions for the trapezoidal rule) reports the change from n − 1 to n nodes.
-
-    Returns (orders, error_estimate): the sum over the terms of the change from each kept order to the
-    next one (an estimate of the kept order's error, since the rule converges geometrically; scaled to
-    Richardson's first-order estimate for a term with a jump, ``_first_order``). Why per term: the
-    terms of one loss need very different rules (a 1-d softmax row of a large-variance student ~60 nodes,
-    a 2-d cross term ~40, a 4-d SGD-noise term to 2e-2 only ~10) and a common order pays the largest
-    everywhere — 63² instead of 47² nodes on the dominant 2-d terms of softmax L = 2.
-
-    ``evaluate(i, θ, (n, kind))``: (E f, ∇E f) of terms[i] on that rule, in place of ``terms[i].evaluate`` (a
-    generated module's compiled kernels: ``GaussianExpectation.evaluated_by``).
-    """
-    if evaluate is None:
-        def evaluate(i, th, rule):
-            return terms[i].evaluate(th, 0, rule)
-
-    def at(i, order, rule=None):
-        return np.r_[evaluate(i, theta, rule or terms[i].rule(order))]
-
-    first = [at(i, start) for i in range(len(terms))]
-    total = np.sum(first, axis=0)
-    scale = np.max(np.abs(total)) if relative else max(1.0, np.max(np.abs(total)))
-    share = tol * max(scale, 1e-300) / len(terms)
-    orders, err = [], 0.0
-    for i, (t, prev) in enumerate(zip(terms, first)):
-        n, kind = t.rule(start)
-        if kind == "hermite":
-            orders.append(start)
-            err += float(np.max(np.abs(prev - at(i, 0, (n - 1, kind))))) if n > 2 else 0.0
-            continue
-        order, change = start, None
-        while True:
-            nxt = 2 * int(np.ceil(order * 0.65)) + 1
-            n_now, n_next = t.rule(order)[0], t.rule(nxt)[0]
-            if n_next <= n_now:                                      # at the node cap
-                break
-            cur = at(i, nxt)
-            change = float(np.max(np.abs(cur - prev))) * _first_order(t, n_now, n_next)
-            if change <= share:           # the change estimates the error of the lower order (the rule
-                break                     # converges geometrically): keep that one
-            order, prev = nxt, cur
-            if n_next < 1.2 * n_now:      # the cap was reached on the way: keep it
-                break
-        if change is None:                                       # capped at the start: compare one step down
-            m = t.rule(order)[0]
-            low = max(3, int(m / 1.3)) | 1
-            change = float(np.max(np.abs(prev - at(i, 0, (low, kind))))) * _first_order(t, low, m)
-        orders.append(order)
-        err += change
-    return tuple(orders), err
-
-
-def _first_order(term, n_low: int, n_high: int) -> float:
-    """The factor from the change between n_low and n_high nodes to the error at n_low: 1 for a rule that
-    converges geometrically (the change is the error); n_high/(n_high − n_low) ≈ 4.3 for a term with a
-    jump (``QuadTerm.smoothness``, value-only terms included), where the trapezoidal rule converges only like h — Richardson's estimate for a
-    first-order rule (measured on Heaviside at 24 random states, tol 1e-3 … 1e-5: the true error of Φ and
-    ∇Φ was up to 4.1× the plain change)."""
-    return n_high / (n_high - n_low) if term.smoothness == "jump" and n_high > n_low else 1.0
 
 
 def separable_split(expr, variables):
