@@ -71,7 +71,21 @@ class ExpectationRecord:
         self.tol, self.start_order, self.relative = E.tol, E.start_order, E.relative
 
 
-class RecordCalibration(Calibrated):
+class _Checked:
+    """θ by names and the existence checks of a record's growth limits (``split.GrowthLimit``, scaled to β)."""
+
+    names: tuple
+    _limits: list
+
+    def theta(self, values) -> np.ndarray:
+        return theta_of(self.names, values)
+
+    def check_existence(self, theta) -> None:
+        for limit in self._limits:
+            limit.check(theta)
+
+
+class RecordCalibration(Calibrated, _Checked):
     """The calibration (``symbolic.calibration.Calibrated``) of one expectation of a record at a new state, by the
     generated module's compiled kernels (``codegen.systems.compiled_terms``) — the same steps, evaluations and so
     orders as the derived expectation's calibration by those kernels, without SymPy."""
@@ -84,13 +98,6 @@ class RecordCalibration(Calibrated):
         self._term_values = compiled_terms(module, name, law[1])
         self._module, self._name, self._law = module, name, law
         self.order, self.error = None, 0.0
-
-    def theta(self, values) -> np.ndarray:
-        return theta_of(self.names, values)
-
-    def check_existence(self, theta) -> None:
-        for limit in self._limits:
-            limit.check(theta)
 
     def value_at_order(self, values) -> float:
         """The expectation at θ with the orders just calibrated (the module's function, those orders set)."""
@@ -126,24 +133,14 @@ class PotentialRecord:
         return self.orders.get((spec.inverse_temperature, spec.initial_laws))
 
 
-class _Compiled:
+class _Compiled(_Checked):
     """What a compiled expectation shares: θ by names, the existence checks of its record, and every other attribute
     from the symbolic expectation (``_fallback``, loaded on first use)."""
-
-    names: tuple
-    _limits: list
 
     def __getattr__(self, name):
         if name.startswith("_"):
             raise AttributeError(name)
         return getattr(self._fallback(), name)
-
-    def theta(self, values) -> np.ndarray:
-        return theta_of(self.names, values)
-
-    def check_existence(self, theta) -> None:
-        for limit in self._limits:
-            limit.check(theta)
 
 
 class CompiledExpectation(_Compiled):

@@ -79,12 +79,17 @@ def slaved_means_source(system) -> str:
         n_means=len(system.mean_pos), fd_step=repr(FD_STEP), algorithm=algorithm_source(jit))
 
 
-def _theta0(system):
-    """θ at the free initial state (means 0 before the fast phase): where the quadrature is calibrated."""
+def free_theta(spec, words, theta_words, size: int) -> np.ndarray:
+    """θ at the free initial state of a state vector of ``size`` entries whose first are the ``words``' moments
+    (means 0 before the fast phase): where the quadrature is calibrated."""
     from ..initial import free_moments
-    y0 = np.zeros(system.size)
-    y0[:system.n_moments] = free_moments(system.spec, system.words)
-    return y0[system.theta_words]
+    y0 = np.zeros(size)
+    y0[:len(words)] = free_moments(spec, words)
+    return y0[theta_words]
+
+
+def _theta0(system):
+    return free_theta(system.spec, system.words, system.theta_words, system.size)
 
 
 def _expectations(system) -> list:

@@ -35,13 +35,11 @@ class SystemRecord:
         """{expectation: orders} of the quadrature terms calibrated at the spec's β and free initial state (means 0)
         by the module's compiled kernels (``codegen.potential.RecordCalibration``) — the orders
         ``codegen.systems.calibrated_orders`` gives the derived system there, without it."""
-        from ..initial import free_moments
         from .potential import RecordCalibration
+        from .systems import free_theta
         P = self.potential
         law = np.array([spec.label_noise_variance, spec.inverse_temperature])
-        y0 = np.zeros(len(self.words) + len(self.mean_indices))
-        y0[:len(self.words)] = free_moments(spec, self.words)
-        theta0 = y0[self.theta_words]
+        theta0 = free_theta(spec, self.words, self.theta_words, len(self.words) + len(self.mean_indices))
         quad = {name: E for name, E in {"phi_and_grad": P.phi, **P.nu}.items() if E.has_quadrature}
         return {name: RecordCalibration(E, module, name, law).calibrate(theta0)[0] for name, E in quad.items()}
 
